@@ -1,0 +1,68 @@
+"""Settings, resolved in one place from arguments and the environment.
+
+==========================  ==========================================  ====================
+variable                    meaning                                     default
+==========================  ==========================================  ====================
+``DMS_DATABASE_URL``        SQLAlchemy URL of the PostgreSQL database   embedded server
+``DMS_DATA_DIR``            where the embedded server keeps its data    per-user data dir
+``DMS_USERS_SCHEMA``        schema of the IAM service's ``users``       ``public``
+``DMS_LOCK_TIMEOUT_MS``     ``lock_timeout`` of DDL transactions        ``5000``
+==========================  ==========================================  ====================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dms.errors import ConfigurationError
+
+#: The schema that holds what ``dms`` owns across tenants (registry, job queue).
+SHARED_SCHEMA = "dms"
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _default_data_dir(environ: Mapping[str, str]) -> Path:
+    # XDG layout on every POSIX system: simple, predictable, and what operators look for.
+    base = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dms"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything ``dms`` reads from its environment."""
+
+    database_url: str | None = None
+    data_dir: Path = field(default_factory=lambda: _default_data_dir(os.environ))
+    users_schema: str = "public"
+    lock_timeout_ms: int = 5000
+
+    def __post_init__(self) -> None:
+        """Reject settings that would only fail later, deep inside SQL."""
+        if not _IDENTIFIER.match(self.users_schema):
+            raise ConfigurationError(
+                f"DMS_USERS_SCHEMA={self.users_schema!r} is not a plain lower-case schema name"
+            )
+        if self.lock_timeout_ms <= 0:
+            raise ConfigurationError(f"DMS_LOCK_TIMEOUT_MS must be positive, not {self.lock_timeout_ms}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from ``environ`` (default: the process environment)."""
+        env = os.environ if environ is None else environ
+        timeout = env.get("DMS_LOCK_TIMEOUT_MS", "5000")
+        try:
+            lock_timeout_ms = int(timeout)
+        except ValueError:
+            raise ConfigurationError(f"DMS_LOCK_TIMEOUT_MS={timeout!r} is not an integer") from None
+        data_dir = env.get("DMS_DATA_DIR")
+        return cls(
+            database_url=env.get("DMS_DATABASE_URL") or None,
+            data_dir=Path(data_dir) if data_dir else _default_data_dir(env),
+            users_schema=env.get("DMS_USERS_SCHEMA", "public"),
+            lock_timeout_ms=lock_timeout_ms,
+        )

@@ -1,0 +1,106 @@
+"""Every error that ``dms`` raises on purpose.
+
+One root, :class:`DmsError`, so that callers can catch everything of ours in one clause::
+
+    DmsError
+    ├── ConfigurationError          no database could be chosen or reached
+    ├── InvalidTenantName (ValueError)
+    ├── TenantNotFound (LookupError)
+    ├── TenantExists
+    ├── MigrationError
+    │   ├── UsersTableMissing       the IAM's users table is not there
+    │   └── MigrationFailed         some tenants failed; carries the report
+    ├── ValidationError (ValueError) bad input caught before any SQL runs
+    ├── NotFound (LookupError)      a referenced row does not exist
+    ├── AlreadyExists               a unique key is taken
+    ├── InvariantViolation          the database refused a row (CHECK, trigger)
+    ├── ConcurrentUpdate            optimistic-concurrency version was stale
+    └── LeaseLost                   a job's lease passed to another worker
+
+Database errors are translated once, by SQLSTATE, in :mod:`dms.repositories.errors`;
+messages are never parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class DmsError(Exception):
+    """Root of every error raised by ``dms``."""
+
+
+class ConfigurationError(DmsError):
+    """The database to use could not be determined or started."""
+
+
+class InvalidTenantName(DmsError, ValueError):
+    """A tenant key does not match ``^[a-z][a-z0-9_]{0,39}$`` or is reserved."""
+
+
+class TenantNotFound(DmsError, LookupError):
+    """No tenant with this key is registered."""
+
+
+class TenantExists(DmsError):
+    """A tenant with this key is already registered."""
+
+
+class MigrationError(DmsError):
+    """A migration could not run."""
+
+
+class UsersTableMissing(MigrationError):
+    """The IAM service's ``users`` table, which tenant tables reference, does not exist."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantFailure:
+    """One tenant whose migration failed and was rolled back."""
+
+    tenant: str
+    revision: str | None
+    target: str
+    error: str
+
+    def __str__(self) -> str:
+        """Describe the failure on one line."""
+        return (
+            f"tenant {self.tenant!r}: stayed at {self.revision or 'base'} "
+            f"(target {self.target}): {self.error}"
+        )
+
+
+class MigrationFailed(MigrationError):
+    """Some schemas failed to migrate; each was rolled back alone and the others went on."""
+
+    def __init__(self, failures: Sequence[TenantFailure]) -> None:
+        """Keep the per-tenant report and summarise it in the message."""
+        self.failures = tuple(failures)
+        lines = "\n".join(f"  {failure}" for failure in self.failures)
+        super().__init__(f"{len(self.failures)} schema(s) failed to migrate:\n{lines}")
+
+
+class ValidationError(DmsError, ValueError):
+    """Input was rejected before any SQL ran."""
+
+
+class NotFound(DmsError, LookupError):
+    """A row that the operation needs does not exist."""
+
+
+class AlreadyExists(DmsError):
+    """A row with the same unique key already exists."""
+
+
+class InvariantViolation(DmsError):
+    """The database refused a change that would break one of its invariants."""
+
+
+class ConcurrentUpdate(DmsError):
+    """The row changed since the caller read it (stale ``version``)."""
+
+
+class LeaseLost(DmsError):
+    """The job's lease expired and another worker reclaimed it; nothing was changed."""

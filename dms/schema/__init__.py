@@ -1,0 +1,1 @@
+"""SQLAlchemy Core table definitions: :mod:`.shared` (one schema) and :mod:`.tenant` (per tenant)."""

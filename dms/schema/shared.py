@@ -1,0 +1,27 @@
+"""Tables of the shared ``dms`` schema: what the library owns across tenants."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from dms.config import SHARED_SCHEMA
+from dms.schema.naming import NAMING_CONVENTION
+
+metadata = sa.MetaData(schema=SHARED_SCHEMA, naming_convention=NAMING_CONVENTION)
+
+#: Lifecycle of a tenant in the registry.
+TENANT_STATES = ("active", "suspended")
+
+#: The registry: the source of truth for which tenant schemas exist.
+tenants = sa.Table(
+    "tenants",
+    metadata,
+    sa.Column("slug", sa.Text, primary_key=True),
+    sa.Column("schema_name", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False, server_default="active"),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.UniqueConstraint("schema_name"),
+    sa.CheckConstraint("slug ~ '^[a-z][a-z0-9_]{0,39}$'", name="slug_format"),
+    sa.CheckConstraint("schema_name = 'tenant_' || slug", name="schema_name_from_slug"),
+    sa.CheckConstraint("state IN ('active', 'suspended')", name="state_known"),
+)

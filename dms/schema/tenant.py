@@ -1,0 +1,329 @@
+"""Tables of one tenant's schema.
+
+Declared with ``schema=None`` and routed to ``tenant_<slug>`` by ``schema_translate_map``
+(see :mod:`dms.tenancy`). The IAM's ``users`` table is declared under :data:`USERS_SCHEMA`, a
+placeholder that routing maps to the configured users schema.
+
+Every invariant of the domain is enforced here, by the database, so that no code path (ours,
+a migration, a hand-written ``psql`` session) can break it:
+
+* revisions are numbered 1, 2, 3 ... per document without gaps and are append-only
+  (trigger ``file_revisions_guard``); a document's current revision is one of its own
+  (composite foreign key);
+* folder names are unique among siblings, top level included, ignoring case and deleted rows;
+  the folder tree has no cycles and at most :data:`MAX_FOLDER_DEPTH` levels (trigger
+  ``folders_guard``);
+* a metadata value fills exactly the column of its field's type (CHECK over a copy of the type
+  that a composite foreign key keeps equal to the field's).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from dms.schema.naming import NAMING_CONVENTION
+
+#: Placeholder schema of the IAM ``users`` table; routing maps it to the configured schema.
+USERS_SCHEMA = "public"
+
+#: Deepest folder level; the root level is 1.
+MAX_FOLDER_DEPTH = 32
+
+#: Types a metadata field can have, each stored in its own typed column.
+FIELD_TYPES = ("string", "text", "int", "decimal", "date", "bool", "url", "select", "multi_select")
+
+#: The column that holds a value of each field type (multi-select values are link rows).
+VALUE_COLUMNS = {
+    "string": "value_string",
+    "text": "value_text",
+    "int": "value_int",
+    "decimal": "value_decimal",
+    "date": "value_date",
+    "bool": "value_bool",
+    "url": "value_url",
+    "select": "option_id",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _id() -> sa.Column[object]:
+    return sa.Column("id", sa.Uuid, primary_key=True, server_default=sa.func.gen_random_uuid())
+
+
+def _user_fk(name: str) -> sa.Column[object]:
+    return sa.Column(
+        name, sa.Uuid, sa.ForeignKey("public.users.id", ondelete="RESTRICT"), nullable=False
+    )
+
+
+def _created_at() -> sa.Column[object]:
+    return sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    )
+
+
+def _updated_at() -> sa.Column[object]:
+    return sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    )
+
+
+def _deleted_at() -> sa.Column[object]:
+    return sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True)
+
+
+#: The IAM service's table, declared only so that foreign keys can name it; never created here.
+users = sa.Table("users", metadata, sa.Column("id", sa.Uuid, primary_key=True), schema=USERS_SCHEMA)
+
+folders = sa.Table(
+    "folders",
+    metadata,
+    _id(),
+    sa.Column("parent_id", sa.Uuid, sa.ForeignKey("folders.id", ondelete="RESTRICT")),
+    sa.Column("name", sa.Text, nullable=False),
+    _user_fk("created_by"),
+    _created_at(),
+    _updated_at(),
+    _deleted_at(),
+    sa.CheckConstraint(
+        "btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= 255", name="name_valid"
+    ),
+    sa.CheckConstraint("parent_id <> id", name="not_own_parent"),
+)
+sa.Index("ix_folders_parent_id", folders.c.parent_id)
+sa.Index("ix_folders_created_by", folders.c.created_by)
+sa.Index(
+    "uq_folders_sibling_name",
+    folders.c.parent_id,
+    sa.func.lower(folders.c.name),
+    unique=True,
+    postgresql_where=folders.c.deleted_at.is_(None),
+    postgresql_nulls_not_distinct=True,
+)
+
+documents = sa.Table(
+    "documents",
+    metadata,
+    _id(),
+    sa.Column("folder_id", sa.Uuid, sa.ForeignKey("folders.id", ondelete="RESTRICT")),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("current_revision_id", sa.Uuid),
+    sa.Column("version", sa.Integer, nullable=False, server_default="1"),
+    _user_fk("created_by"),
+    _created_at(),
+    _updated_at(),
+    _deleted_at(),
+    sa.CheckConstraint("btrim(title) <> '' AND length(title) <= 500", name="title_valid"),
+    sa.CheckConstraint("version >= 1", name="version_positive"),
+    # A document's current revision must be one of its own revisions.
+    sa.ForeignKeyConstraint(
+        ["id", "current_revision_id"],
+        ["file_revisions.document_id", "file_revisions.id"],
+        name="fk_documents_current_revision",
+        use_alter=True,
+    ),
+)
+sa.Index("ix_documents_folder_id", documents.c.folder_id)
+sa.Index("ix_documents_created_by", documents.c.created_by)
+sa.Index("ix_documents_current_revision_id", documents.c.current_revision_id)
+sa.Index(
+    "uq_documents_folder_title",
+    documents.c.folder_id,
+    sa.func.lower(documents.c.title),
+    unique=True,
+    postgresql_where=documents.c.deleted_at.is_(None),
+    postgresql_nulls_not_distinct=True,
+)
+
+file_revisions = sa.Table(
+    "file_revisions",
+    metadata,
+    _id(),
+    sa.Column(
+        "document_id",
+        sa.Uuid,
+        sa.ForeignKey("documents.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("revision_no", sa.Integer, nullable=False),
+    sa.Column("storage_key", sa.Text, nullable=False),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("mime_type", sa.Text, nullable=False),
+    _user_fk("uploaded_by"),
+    _created_at(),
+    sa.UniqueConstraint("document_id", "revision_no"),
+    sa.UniqueConstraint("document_id", "id"),
+    sa.UniqueConstraint("storage_key"),
+    sa.CheckConstraint("revision_no >= 1", name="revision_no_positive"),
+    sa.CheckConstraint("size_bytes >= 0", name="size_not_negative"),
+    sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+    sa.CheckConstraint("btrim(storage_key) <> ''", name="storage_key_not_blank"),
+    sa.CheckConstraint("mime_type ~ '^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*'", name="mime_type_valid"),
+)
+sa.Index("ix_file_revisions_sha256", file_revisions.c.sha256)
+sa.Index("ix_file_revisions_uploaded_by", file_revisions.c.uploaded_by)
+
+tags = sa.Table(
+    "tags",
+    metadata,
+    _id(),
+    sa.Column("name", sa.Text, nullable=False),
+    _user_fk("created_by"),
+    _created_at(),
+    _updated_at(),
+    sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="name_valid"),
+)
+sa.Index("uq_tags_name", sa.func.lower(tags.c.name), unique=True)
+sa.Index("ix_tags_created_by", tags.c.created_by)
+
+document_tags = sa.Table(
+    "document_tags",
+    metadata,
+    sa.Column(
+        "document_id",
+        sa.Uuid,
+        sa.ForeignKey("documents.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tag_id", sa.Uuid, sa.ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True),
+    _created_at(),
+)
+sa.Index("ix_document_tags_tag_id", document_tags.c.tag_id)
+
+_field_type_list = ", ".join(f"'{name}'" for name in FIELD_TYPES)
+
+metadata_fields = sa.Table(
+    "metadata_fields",
+    metadata,
+    _id(),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("field_type", sa.Text, nullable=False),
+    sa.Column("required", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("default_value", JSONB),
+    _user_fk("created_by"),
+    _created_at(),
+    _updated_at(),
+    sa.UniqueConstraint("id", "field_type"),
+    sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="name_valid"),
+    sa.CheckConstraint(f"field_type IN ({_field_type_list})", name="field_type_known"),
+)
+sa.Index("uq_metadata_fields_name", sa.func.lower(metadata_fields.c.name), unique=True)
+sa.Index("ix_metadata_fields_created_by", metadata_fields.c.created_by)
+
+metadata_field_options = sa.Table(
+    "metadata_field_options",
+    metadata,
+    _id(),
+    sa.Column("field_id", sa.Uuid, nullable=False),
+    # A copy of the field's type, kept equal by the foreign key, so that only
+    # select fields can have options.
+    sa.Column("field_type", sa.Text, nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("retired_at", sa.DateTime(timezone=True)),
+    _created_at(),
+    sa.ForeignKeyConstraint(
+        ["field_id", "field_type"],
+        ["metadata_fields.id", "metadata_fields.field_type"],
+        name="fk_metadata_field_options_field",
+        ondelete="CASCADE",
+    ),
+    sa.UniqueConstraint("field_id", "id"),
+    sa.CheckConstraint("field_type IN ('select', 'multi_select')", name="field_has_options"),
+    sa.CheckConstraint("btrim(value) <> '' AND length(value) <= 200", name="value_valid"),
+)
+sa.Index(
+    "uq_metadata_field_options_value",
+    metadata_field_options.c.field_id,
+    sa.func.lower(metadata_field_options.c.value),
+    unique=True,
+)
+
+_value_columns = ", ".join(VALUE_COLUMNS.values())
+_value_cases = " ".join(
+    f"WHEN '{field_type}' THEN {column} IS NOT NULL" for field_type, column in VALUE_COLUMNS.items()
+)
+
+document_metadata = sa.Table(
+    "document_metadata",
+    metadata,
+    sa.Column(
+        "document_id",
+        sa.Uuid,
+        sa.ForeignKey("documents.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("field_id", sa.Uuid, primary_key=True),
+    sa.Column("field_type", sa.Text, nullable=False),
+    sa.Column("value_string", sa.Text),
+    sa.Column("value_text", sa.Text),
+    sa.Column("value_int", sa.BigInteger),
+    sa.Column("value_decimal", sa.Numeric),
+    sa.Column("value_date", sa.Date),
+    sa.Column("value_bool", sa.Boolean),
+    sa.Column("value_url", sa.Text),
+    sa.Column("option_id", sa.Uuid),
+    _created_at(),
+    _updated_at(),
+    sa.ForeignKeyConstraint(
+        ["field_id", "field_type"],
+        ["metadata_fields.id", "metadata_fields.field_type"],
+        name="fk_document_metadata_field",
+        ondelete="CASCADE",
+    ),
+    sa.ForeignKeyConstraint(
+        ["field_id", "option_id"],
+        ["metadata_field_options.field_id", "metadata_field_options.id"],
+        name="fk_document_metadata_option",
+        ondelete="RESTRICT",
+    ),
+    sa.UniqueConstraint("document_id", "field_id", "field_type"),
+    # Exactly the column of the field's type is filled; multi-select values are link rows.
+    sa.CheckConstraint(
+        f"num_nonnulls({_value_columns}) = (field_type <> 'multi_select')::int "
+        f"AND CASE field_type {_value_cases} ELSE true END",
+        name="value_matches_type",
+    ),
+    sa.CheckConstraint("value_url ~ '^https?://[^[:space:]]+$'", name="url_valid"),
+)
+sa.Index("ix_document_metadata_field_option", document_metadata.c.field_id, document_metadata.c.option_id)
+for _column in ("value_string", "value_int", "value_decimal", "value_date"):
+    sa.Index(
+        f"ix_document_metadata_field_{_column}",
+        document_metadata.c.field_id,
+        document_metadata.c[_column],
+    )
+
+document_metadata_choices = sa.Table(
+    "document_metadata_choices",
+    metadata,
+    sa.Column("document_id", sa.Uuid, primary_key=True),
+    sa.Column("field_id", sa.Uuid, primary_key=True),
+    sa.Column("option_id", sa.Uuid, primary_key=True),
+    sa.Column("field_type", sa.Text, nullable=False, server_default="multi_select"),
+    sa.ForeignKeyConstraint(
+        ["document_id", "field_id", "field_type"],
+        [
+            "document_metadata.document_id",
+            "document_metadata.field_id",
+            "document_metadata.field_type",
+        ],
+        name="fk_document_metadata_choices_value",
+        ondelete="CASCADE",
+    ),
+    sa.ForeignKeyConstraint(
+        ["field_id", "option_id"],
+        ["metadata_field_options.field_id", "metadata_field_options.id"],
+        name="fk_document_metadata_choices_option",
+        ondelete="RESTRICT",
+    ),
+    sa.CheckConstraint("field_type = 'multi_select'", name="multi_select_only"),
+)
+sa.Index(
+    "ix_document_metadata_choices_field_option",
+    document_metadata_choices.c.field_id,
+    document_metadata_choices.c.option_id,
+)
