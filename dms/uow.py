@@ -1,0 +1,94 @@
+"""The unit of work: one connection, one transaction, routed to one tenant.
+
+::
+
+    with UnitOfWork(engine, tenant="acme", user_id=alice) as uow:
+        ...                      # repositories hang off uow, all on uow.connection
+        uow.commit()             # without this, everything rolls back
+
+Single use. Nested work goes in :meth:`UnitOfWork.savepoint`. Jobs enqueued through the unit
+of work (``dms.jobs.enqueue(uow, ...)``) commit or roll back with the business data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+
+from sqlalchemy.engine import Connection, Engine, Transaction
+
+from dms import tenancy
+from dms.config import Settings
+from dms.errors import DmsError
+
+
+class UnitOfWork:
+    """A tenant-routed transaction that rolls back unless :meth:`commit` is called."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        tenant: str,
+        user_id: uuid.UUID | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        """Prepare a unit of work; nothing touches the database before ``with``."""
+        self.tenant = tenancy.validate_slug(tenant)
+        self.user_id = user_id
+        self._engine = engine
+        self._settings = settings or Settings.from_env()
+        self._conn: Connection | None = None
+        self._transaction: Transaction | None = None
+        self._used = False
+
+    def __enter__(self) -> UnitOfWork:
+        """Open the connection and begin the transaction."""
+        if self._used:
+            raise DmsError("a UnitOfWork is single-use; create a new one")
+        self._used = True
+        conn = self._engine.connect()
+        self._conn = tenancy.route(conn, self.tenant, self._settings)
+        self._transaction = self._conn.begin()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Roll back whatever was not committed, and give the connection back."""
+        try:
+            if self._transaction is not None and self._transaction.is_active:
+                self._transaction.rollback()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+            self._transaction = None
+
+    @property
+    def connection(self) -> Connection:
+        """The routed connection; only inside ``with``."""
+        if self._conn is None or self._transaction is None:
+            raise DmsError("the UnitOfWork is not open: use it in a with block")
+        return self._conn
+
+    def commit(self) -> None:
+        """Commit everything done in this unit of work; it is closed for writes afterwards."""
+        if self._transaction is None or not self._transaction.is_active:
+            raise DmsError("nothing to commit: the UnitOfWork is not open")
+        self._transaction.commit()
+
+    def rollback(self) -> None:
+        """Throw away everything done in this unit of work."""
+        if self._transaction is not None and self._transaction.is_active:
+            self._transaction.rollback()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Run a block in a savepoint: an error inside it undoes only the block."""
+        with self.connection.begin_nested():
+            yield

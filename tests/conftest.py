@@ -1,0 +1,93 @@
+"""Fixtures shared by every test that needs PostgreSQL.
+
+The server is the one named by ``DMS_TEST_DATABASE_URL``, or the embedded server otherwise;
+a test never skips for lack of one. Each pytest-xdist worker gets its own database, migrated
+to head with the users stand-in; each test that writes gets its own tenant. Tests that need an
+empty database (migrations) get their own with :func:`empty_database_url`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+
+from dms import migrations, tenancy
+from dms.db import embedded_url, normalize_url
+from dms.testing import temporary_database
+from dms.users import create_user, create_users_stand_in
+
+
+@pytest.fixture(scope="session")
+def server_url() -> URL:
+    """A database on the server under test (any database: used to create others)."""
+    explicit = os.environ.get("DMS_TEST_DATABASE_URL")
+    if explicit:
+        return normalize_url(explicit)
+    data_dir = os.environ.get("DMS_DATA_DIR") or str(Path.home() / ".local/share/dms-test")
+    return embedded_url(Path(data_dir))
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: URL, worker_id: str) -> Iterator[URL]:
+    """This worker's database: migrated to head, with the users stand-in."""
+    with temporary_database(server_url, prefix=f"dms_test_{worker_id}") as url:
+        engine = sa.create_engine(url, poolclass=sa.NullPool)
+        create_users_stand_in(engine)
+        migrations.upgrade(engine)
+        engine.dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
+def worker_id(request: pytest.FixtureRequest) -> str:
+    """The pytest-xdist worker name, or ``main`` without xdist."""
+    return str(getattr(request.config, "workerinput", {}).get("workerid", "main"))
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: URL) -> Iterator[Engine]:
+    """An engine on this worker's database."""
+    engine = sa.create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def empty_database_url(server_url: URL) -> Iterator[URL]:
+    """A new, empty database for this test alone (no users table, no migrations)."""
+    with temporary_database(server_url, prefix="dms_empty") as url:
+        yield url
+
+
+def new_slug() -> str:
+    """A tenant key no other test uses."""
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def tenant(engine: Engine) -> Iterator[str]:
+    """A fresh tenant at head, dropped after the test."""
+    slug = new_slug()
+    tenancy.create_tenant(engine, slug)
+    yield slug
+    tenancy.drop_tenant(engine, slug)
+
+
+@pytest.fixture
+def user_id(engine: Engine) -> uuid.UUID:
+    """A user in the stand-in users table."""
+    with engine.begin() as conn:
+        return create_user(conn, email=f"{uuid.uuid4().hex}@example.org", display_name="Tester")
+
+
+@pytest.fixture
+def tenant_conn(engine: Engine, tenant: str) -> Iterator[Connection]:
+    """A connection in a transaction routed to ``tenant``; rolled back after the test."""
+    with engine.connect() as conn, conn.begin():
+        yield tenancy.route(conn, tenant)
