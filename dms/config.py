@@ -48,7 +48,9 @@ class Settings:
                 f"DMS_USERS_SCHEMA={self.users_schema!r} is not a plain lower-case schema name"
             )
         if self.lock_timeout_ms <= 0:
-            raise ConfigurationError(f"DMS_LOCK_TIMEOUT_MS must be positive, not {self.lock_timeout_ms}")
+            raise ConfigurationError(
+                f"DMS_LOCK_TIMEOUT_MS must be positive, not {self.lock_timeout_ms}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -73,7 +73,8 @@ def _ensure_database(server_url: URL, name: str) -> None:
     try:
         with engine.connect() as conn:
             exists = conn.scalar(
-                sa.select(sa.literal(1)).where(sa.column("datname") == name)
+                sa.select(sa.literal(1))
+                .where(sa.column("datname") == name)
                 .select_from(sa.table("pg_database"))
             )
             if not exists:

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 
+from alembic import command
 from dms import tenancy
 from dms.config import SHARED_SCHEMA, Settings
 from dms.errors import (
@@ -42,6 +42,7 @@ from dms.errors import (
     TenantNotFound,
     UsersTableMissing,
 )
+from dms.jobs import tables as _job_tables  # noqa: F401 -- puts the job tables on shared.metadata
 from dms.schema import shared, tenant
 from dms.schema.shared import tenants
 from dms.users import users_table_exists
@@ -177,9 +178,11 @@ def read_versions(conn: Connection, schemas: Iterable[str]) -> dict[str, str | N
 
 def _tenant_schemas_in_catalog(conn: Connection) -> set[str]:
     pg_namespace = sa.table("pg_namespace", sa.column("nspname"))
-    names = conn.scalars(sa.select(pg_namespace.c.nspname).where(
-        pg_namespace.c.nspname.startswith("tenant_", autoescape=True)
-    ))
+    names = conn.scalars(
+        sa.select(pg_namespace.c.nspname).where(
+            pg_namespace.c.nspname.startswith("tenant_", autoescape=True)
+        )
+    )
     return {name for name in names if tenancy.slug_of_schema(name) is not None}
 
 
@@ -359,7 +362,7 @@ def _migrate_tenant(
             _advisory_lock(conn, scope.schema)
             _migrate_schema(context, conn, scope)
     # Any error of one tenant, whatever raised it, must not stop the others: it is reported.
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         with engine.connect() as conn:
             revision = read_versions(conn, [scope.schema])[scope.schema]
         return [
@@ -416,9 +419,12 @@ def _declared_metadata(scope: MigrationScope, default_schema: str | None) -> sa.
     users_schema: Any = (
         sa.schema.BLANK_SCHEMA if scope.users_schema == default_schema else scope.users_schema
     )
-    sa.Table("users", copy, sa.Column("id", sa.Uuid, primary_key=True), schema=(
-        None if users_schema is sa.schema.BLANK_SCHEMA else users_schema
-    ))
+    sa.Table(
+        "users",
+        copy,
+        sa.Column("id", sa.Uuid, primary_key=True),
+        schema=(None if users_schema is sa.schema.BLANK_SCHEMA else users_schema),
+    )
     for table in tenant.metadata.sorted_tables:
         if table is not tenant.users:
             table.to_metadata(

@@ -8,6 +8,7 @@ only to documents inserted by this run: seeding twice neither fails nor duplicat
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import uuid
@@ -68,10 +69,8 @@ def seed(engine: Engine) -> SeedReport:
 
 
 def _ensure_tenant(engine: Engine, slug: str) -> None:
-    try:
+    with contextlib.suppress(TenantExists):
         tenancy.create_tenant(engine, slug)
-    except TenantExists:
-        pass
 
 
 def _insert_new(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -117,7 +116,9 @@ def _seed_folders(conn: Connection, slug: str, user: uuid.UUID) -> tuple[list[uu
     for top in _TOP_FOLDERS:
         levels[0].append({"id": _uid(slug, top), "name": top, "parent_id": None})
         for year in _YEARS:
-            levels[1].append({"id": _uid(slug, top, year), "name": year, "parent_id": _uid(slug, top)})
+            levels[1].append(
+                {"id": _uid(slug, top, year), "name": year, "parent_id": _uid(slug, top)}
+            )
             for quarter in _QUARTERS:
                 levels[2].append(
                     {
@@ -158,7 +159,9 @@ def _seed_fields(
     ]
     count = len(_insert_new(conn, t.metadata_fields, rows))
     types = dict(_FIELDS)
-    options = {name: [_uid(slug, "option", name, v) for v in values] for name, values in _OPTIONS.items()}
+    options = {
+        name: [_uid(slug, "option", name, v) for v in values] for name, values in _OPTIONS.items()
+    }
     option_rows = [
         {
             "id": option_id,
@@ -226,14 +229,23 @@ def _seed_values(
             "Summary": ("text", "value_text", f"Summary of document {number}."),
             "Pages": ("int", "value_int", 1 + number * 3),
             "Amount": ("decimal", "value_decimal", Decimal(number * 125) / 10),
-            "Signed on": ("date", "value_date", dt.date(2025, 1, 1) + dt.timedelta(days=number * 7)),
+            "Signed on": (
+                "date",
+                "value_date",
+                dt.date(2025, 1, 1) + dt.timedelta(days=number * 7),
+            ),
             "Signed": ("bool", "value_bool", number % 2 == 0),
             "Source": ("url", "value_url", f"https://example.org/source/{number}"),
             "Status": ("select", "option_id", options["Status"][number % 3]),
         }
         for name, (kind, column, value) in typed.items():
             values.append(
-                {"document_id": doc["id"], "field_id": fields[name], "field_type": kind, column: value}
+                {
+                    "document_id": doc["id"],
+                    "field_id": fields[name],
+                    "field_type": kind,
+                    column: value,
+                }
             )
         values.append(
             {"document_id": doc["id"], "field_id": fields["Regions"], "field_type": "multi_select"}
@@ -268,5 +280,7 @@ def run_demo(engine: Engine) -> str:
             lines.append(f"{slug:<9}" + "".join(f"{c:>11}" for c in counts))
     status = migrations.fleet_status(engine)
     lines.append("")
-    lines.append(f"schema revision {status.head}; {'all at head' if status.healthy else 'ATTENTION'}")
+    lines.append(
+        f"schema revision {status.head}; {'all at head' if status.healthy else 'ATTENTION'}"
+    )
     return "\n".join(lines)

@@ -63,7 +63,7 @@ class RowFactory(factory.Factory):  # type: ignore[misc]
         cls, model_class: sa.Table, *args: Any, conn: Connection, **values: Any
     ) -> Mapping[str, Any]:
         row = conn.execute(sa.insert(model_class).values(**values).returning(*model_class.c)).one()
-        return row._mapping
+        return dict(row._mapping)
 
     @classmethod
     def _build(cls, model_class: Any, *args: Any, **values: Any) -> dict[str, Any]:
@@ -117,7 +117,6 @@ class DocumentTagFactory(RowFactory):
         model = t.document_tags
 
 
-
 class MetadataFieldFactory(RowFactory):
     """A metadata field, a string field unless ``field_type`` says otherwise."""
 
@@ -142,4 +141,3 @@ class MetadataValueFactory(RowFactory):
 
     class Meta:
         model = t.document_metadata
-

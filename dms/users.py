@@ -65,7 +65,7 @@ def create_user(
     """Insert a stand-in user (or find it by e-mail) and return its id. Development only."""
     settings = settings or Settings.from_env()
     routed = _routed(conn, settings)
-    inserted = routed.scalar(
+    inserted: uuid.UUID | None = routed.scalar(
         insert(users_stand_in)
         .values(email=email, display_name=display_name)
         .on_conflict_do_nothing(index_elements=["email"])
@@ -73,7 +73,7 @@ def create_user(
     )
     if inserted is not None:
         return inserted
-    existing: uuid.UUID = routed.scalar(
+    existing: uuid.UUID = routed.execute(
         sa.select(users_stand_in.c.id).where(users_stand_in.c.email == email)
-    )
+    ).scalar_one()
     return existing

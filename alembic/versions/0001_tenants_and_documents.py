@@ -13,11 +13,11 @@ names the tenant's own tables whatever the caller's ``search_path`` is.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.schema import DropSchema
 
+from alembic import op
 from dms.errors import MigrationError
 from dms.migrations import MigrationScope
 from dms.schema.ddl import execute_ddl
@@ -69,11 +69,11 @@ def _upgrade_shared(schema: str) -> None:
         ),
         sa.PrimaryKeyConstraint("slug", name="pk_tenants"),
         sa.UniqueConstraint("schema_name", name="uq_tenants_schema_name"),
-        sa.CheckConstraint("slug ~ '^[a-z][a-z0-9_]{0,39}$'", name="ck_tenants_slug_format"),
+        sa.CheckConstraint("slug ~ '^[a-z][a-z0-9_]{0,39}$'", name=op.f("ck_tenants_slug_format")),
         sa.CheckConstraint(
-            "schema_name = 'tenant_' || slug", name="ck_tenants_schema_name_from_slug"
+            "schema_name = 'tenant_' || slug", name=op.f("ck_tenants_schema_name_from_slug")
         ),
-        sa.CheckConstraint("state IN ('active', 'suspended')", name="ck_tenants_state_known"),
+        sa.CheckConstraint("state IN ('active', 'suspended')", name=op.f("ck_tenants_state_known")),
         schema=schema,
     )
 
@@ -153,9 +153,9 @@ def _create_folders(schema: str, users_schema: str) -> None:
         _user_fk("folders", "created_by", users_schema),
         sa.CheckConstraint(
             "btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= 255",
-            name="ck_folders_name_valid",
+            name=op.f("ck_folders_name_valid"),
         ),
-        sa.CheckConstraint("parent_id <> id", name="ck_folders_not_own_parent"),
+        sa.CheckConstraint("parent_id <> id", name=op.f("ck_folders_not_own_parent")),
         schema=schema,
     )
     op.create_index("ix_folders_parent_id", "folders", ["parent_id"], schema=schema)
@@ -192,9 +192,9 @@ def _create_documents(schema: str, users_schema: str) -> None:
         ),
         _user_fk("documents", "created_by", users_schema),
         sa.CheckConstraint(
-            "btrim(title) <> '' AND length(title) <= 500", name="ck_documents_title_valid"
+            "btrim(title) <> '' AND length(title) <= 500", name=op.f("ck_documents_title_valid")
         ),
-        sa.CheckConstraint("version >= 1", name="ck_documents_version_positive"),
+        sa.CheckConstraint("version >= 1", name=op.f("ck_documents_version_positive")),
         schema=schema,
     )
     op.create_index("ix_documents_folder_id", "documents", ["folder_id"], schema=schema)
@@ -235,15 +235,15 @@ def _create_documents(schema: str, users_schema: str) -> None:
         ),
         sa.UniqueConstraint("document_id", "id", name="uq_file_revisions_document_id_id"),
         sa.UniqueConstraint("storage_key", name="uq_file_revisions_storage_key"),
-        sa.CheckConstraint("revision_no >= 1", name="ck_file_revisions_revision_no_positive"),
-        sa.CheckConstraint("size_bytes >= 0", name="ck_file_revisions_size_not_negative"),
-        sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="ck_file_revisions_sha256_hex"),
+        sa.CheckConstraint("revision_no >= 1", name=op.f("ck_file_revisions_revision_no_positive")),
+        sa.CheckConstraint("size_bytes >= 0", name=op.f("ck_file_revisions_size_not_negative")),
+        sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name=op.f("ck_file_revisions_sha256_hex")),
         sa.CheckConstraint(
-            "btrim(storage_key) <> ''", name="ck_file_revisions_storage_key_not_blank"
+            "btrim(storage_key) <> ''", name=op.f("ck_file_revisions_storage_key_not_blank")
         ),
         sa.CheckConstraint(
             "mime_type ~ '^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*'",
-            name="ck_file_revisions_mime_type_valid",
+            name=op.f("ck_file_revisions_mime_type_valid"),
         ),
         schema=schema,
     )
@@ -273,7 +273,9 @@ def _create_tags(schema: str, users_schema: str) -> None:
         _timestamp("updated_at"),
         sa.PrimaryKeyConstraint("id", name="pk_tags"),
         _user_fk("tags", "created_by", users_schema),
-        sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="ck_tags_name_valid"),
+        sa.CheckConstraint(
+            "btrim(name) <> '' AND length(name) <= 100", name=op.f("ck_tags_name_valid")
+        ),
         schema=schema,
     )
     op.create_index("uq_tags_name", "tags", [sa.text("lower(name)")], unique=True, schema=schema)
@@ -291,7 +293,10 @@ def _create_tags(schema: str, users_schema: str) -> None:
             ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["tag_id"], [f"{schema}.tags.id"], name="fk_document_tags_tag_id_tags", ondelete="CASCADE"
+            ["tag_id"],
+            [f"{schema}.tags.id"],
+            name="fk_document_tags_tag_id_tags",
+            ondelete="CASCADE",
         ),
         schema=schema,
     )
@@ -313,10 +318,10 @@ def _create_metadata(schema: str, users_schema: str) -> None:
         _user_fk("metadata_fields", "created_by", users_schema),
         sa.UniqueConstraint("id", "field_type", name="uq_metadata_fields_id_field_type"),
         sa.CheckConstraint(
-            "btrim(name) <> '' AND length(name) <= 100", name="ck_metadata_fields_name_valid"
+            "btrim(name) <> '' AND length(name) <= 100", name=op.f("ck_metadata_fields_name_valid")
         ),
         sa.CheckConstraint(
-            f"field_type IN ({FIELD_TYPES})", name="ck_metadata_fields_field_type_known"
+            f"field_type IN ({FIELD_TYPES})", name=op.f("ck_metadata_fields_field_type_known")
         ),
         schema=schema,
     )
@@ -349,11 +354,11 @@ def _create_metadata(schema: str, users_schema: str) -> None:
         sa.UniqueConstraint("field_id", "id", name="uq_metadata_field_options_field_id_id"),
         sa.CheckConstraint(
             "field_type IN ('select', 'multi_select')",
-            name="ck_metadata_field_options_field_has_options",
+            name=op.f("ck_metadata_field_options_field_has_options"),
         ),
         sa.CheckConstraint(
             "btrim(value) <> '' AND length(value) <= 200",
-            name="ck_metadata_field_options_value_valid",
+            name=op.f("ck_metadata_field_options_value_valid"),
         ),
         schema=schema,
     )
@@ -411,10 +416,10 @@ def _create_document_metadata(schema: str) -> None:
         sa.CheckConstraint(
             f"num_nonnulls({VALUE_COLUMNS}) = (field_type <> 'multi_select')::int "
             f"AND CASE field_type {VALUE_CASES} ELSE true END",
-            name="ck_document_metadata_value_matches_type",
+            name=op.f("ck_document_metadata_value_matches_type"),
         ),
         sa.CheckConstraint(
-            "value_url ~ '^https?://[^[:space:]]+$'", name="ck_document_metadata_url_valid"
+            "value_url ~ '^https?://[^[:space:]]+$'", name=op.f("ck_document_metadata_url_valid")
         ),
         schema=schema,
     )
@@ -457,7 +462,8 @@ def _create_document_metadata(schema: str) -> None:
             ondelete="RESTRICT",
         ),
         sa.CheckConstraint(
-            "field_type = 'multi_select'", name="ck_document_metadata_choices_multi_select_only"
+            "field_type = 'multi_select'",
+            name=op.f("ck_document_metadata_choices_multi_select_only"),
         ),
         schema=schema,
     )
@@ -561,7 +567,9 @@ def _create_trigger_function(schema: str, name: str, body: str) -> None:
         sql.SQL(
             "CREATE FUNCTION {}.{}() RETURNS trigger LANGUAGE plpgsql "
             "SET search_path = {}, pg_temp AS {}"
-        ).format(sql.Identifier(schema), sql.Identifier(name), sql.Identifier(schema), sql.Literal(body)),
+        ).format(
+            sql.Identifier(schema), sql.Identifier(name), sql.Identifier(schema), sql.Literal(body)
+        ),
     )
 
 
@@ -614,5 +622,7 @@ def _downgrade_tenant(schema: str) -> None:
     for function in ("file_revisions_guard", "folders_guard"):
         execute_ddl(
             op.get_bind(),
-            sql.SQL("DROP FUNCTION {}.{}()").format(sql.Identifier(schema), sql.Identifier(function)),
+            sql.SQL("DROP FUNCTION {}.{}()").format(
+                sql.Identifier(schema), sql.Identifier(function)
+            ),
         )

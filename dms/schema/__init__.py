@@ -1,1 +1,1 @@
-"""SQLAlchemy Core table definitions: :mod:`.shared` (one schema) and :mod:`.tenant` (per tenant)."""
+"""SQLAlchemy Core tables: :mod:`.shared` (one schema) and :mod:`.tenant` (per tenant)."""

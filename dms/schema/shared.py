@@ -19,7 +19,9 @@ tenants = sa.Table(
     sa.Column("slug", sa.Text, primary_key=True),
     sa.Column("schema_name", sa.Text, nullable=False),
     sa.Column("state", sa.Text, nullable=False, server_default="active"),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
     sa.UniqueConstraint("schema_name"),
     sa.CheckConstraint("slug ~ '^[a-z][a-z0-9_]{0,39}$'", name="slug_format"),
     sa.CheckConstraint("schema_name = 'tenant_' || slug", name="schema_name_from_slug"),

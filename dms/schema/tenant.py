@@ -161,7 +161,9 @@ file_revisions = sa.Table(
     sa.CheckConstraint("size_bytes >= 0", name="size_not_negative"),
     sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
     sa.CheckConstraint("btrim(storage_key) <> ''", name="storage_key_not_blank"),
-    sa.CheckConstraint("mime_type ~ '^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*'", name="mime_type_valid"),
+    sa.CheckConstraint(
+        "mime_type ~ '^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*'", name="mime_type_valid"
+    ),
 )
 sa.Index("ix_file_revisions_sha256", file_revisions.c.sha256)
 sa.Index("ix_file_revisions_uploaded_by", file_revisions.c.uploaded_by)
@@ -289,7 +291,9 @@ document_metadata = sa.Table(
     ),
     sa.CheckConstraint("value_url ~ '^https?://[^[:space:]]+$'", name="url_valid"),
 )
-sa.Index("ix_document_metadata_field_option", document_metadata.c.field_id, document_metadata.c.option_id)
+sa.Index(
+    "ix_document_metadata_field_option", document_metadata.c.field_id, document_metadata.c.option_id
+)
 for _column in ("value_string", "value_int", "value_decimal", "value_date"):
     sa.Index(
         f"ix_document_metadata_field_{_column}",
