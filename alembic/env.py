@@ -3,8 +3,9 @@
 from logging.config import fileConfig
 from typing import cast
 
-from alembic import context
 from alembic.runtime.environment import EnvironmentContext
+
+from alembic import context
 from dms.migrations import run_from_alembic
 
 if context.config.config_file_name is not None and not context.config.attributes:

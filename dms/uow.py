@@ -3,7 +3,8 @@
 ::
 
     with UnitOfWork(engine, tenant="acme", user_id=alice) as uow:
-        ...                      # repositories hang off uow, all on uow.connection
+        folder = uow.folders.add(name="Invoices")   # repositories hang off uow,
+        doc = uow.documents.add(title="March.pdf", folder_id=folder.id)  # all on one connection
         uow.commit()             # without this, everything rolls back
 
 Single use. Nested work goes in :meth:`UnitOfWork.savepoint`. Jobs enqueued through the unit
@@ -16,12 +17,23 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import TypeVar
 
 from sqlalchemy.engine import Connection, Engine, Transaction
 
 from dms import tenancy
 from dms.config import Settings
 from dms.errors import DmsError
+from dms.repositories import (
+    DocumentRepository,
+    FolderRepository,
+    MetadataRepository,
+    RevisionRepository,
+    TagRepository,
+)
+from dms.repositories._base import Repository
+
+_R = TypeVar("_R", bound=Repository)
 
 
 class UnitOfWork:
@@ -43,6 +55,7 @@ class UnitOfWork:
         self._conn: Connection | None = None
         self._transaction: Transaction | None = None
         self._used = False
+        self._repositories: dict[type[Repository], Repository] = {}
 
     def __enter__(self) -> UnitOfWork:
         """Open the connection and begin the transaction."""
@@ -68,6 +81,7 @@ class UnitOfWork:
             if self._conn is not None:
                 self._conn.close()
             self._transaction = None
+            self._repositories.clear()
 
     @property
     def connection(self) -> Connection:
@@ -92,3 +106,35 @@ class UnitOfWork:
         """Run a block in a savepoint: an error inside it undoes only the block."""
         with self.connection.begin_nested():
             yield
+
+    @property
+    def documents(self) -> DocumentRepository:
+        """Documents of the tenant."""
+        return self._repository(DocumentRepository)
+
+    @property
+    def revisions(self) -> RevisionRepository:
+        """File revisions of the tenant's documents."""
+        return self._repository(RevisionRepository)
+
+    @property
+    def folders(self) -> FolderRepository:
+        """Folders of the tenant."""
+        return self._repository(FolderRepository)
+
+    @property
+    def tags(self) -> TagRepository:
+        """Tags of the tenant and their links to documents."""
+        return self._repository(TagRepository)
+
+    @property
+    def metadata(self) -> MetadataRepository:
+        """Metadata fields, options and values of the tenant."""
+        return self._repository(MetadataRepository)
+
+    def _repository(self, kind: type[_R]) -> _R:
+        # Created on first use and only while open: a repository never outlives its connection.
+        connection = self.connection
+        if kind not in self._repositories:
+            self._repositories[kind] = kind(connection, user_id=self.user_id)
+        return self._repositories[kind]  # type: ignore[return-value]

@@ -139,5 +139,5 @@ class MetadataField:
     updated_at: datetime
 
     def active_options(self) -> tuple[FieldOption, ...]:
-        """The options that can still be chosen."""
+        """Return the options that can still be chosen."""
         return tuple(option for option in self.options if not option.is_retired)

@@ -73,13 +73,13 @@ class Cursor:
     id: uuid.UUID
 
     def encode(self) -> str:
-        """An opaque URL-safe token for APIs."""
+        """Return an opaque URL-safe token for APIs."""
         raw = json.dumps([self.title_key, str(self.id)]).encode()
         return base64.urlsafe_b64encode(raw).decode()
 
     @classmethod
     def decode(cls, token: str) -> Cursor:
-        """The cursor encoded in ``token``; :class:`ValidationError` if it is not one."""
+        """Return the cursor in ``token``; :class:`ValidationError` if it is not one."""
         try:
             title_key, id_ = json.loads(base64.urlsafe_b64decode(token.encode()))
             return cls(title_key=str(title_key), id=uuid.UUID(id_))
