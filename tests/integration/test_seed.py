@@ -69,5 +69,5 @@ def test_seed_covers_every_field_type_and_three_folder_levels(empty_database_url
         )
     engine.dispose()
     assert types == set(t.FIELD_TYPES)
-    assert deepest and deepest > 0
+    assert (deepest or 0) > 0
     assert without_current == 0
