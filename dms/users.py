@@ -8,6 +8,7 @@ the embedded development server gets it automatically.
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import sqlalchemy as sa
@@ -17,25 +18,26 @@ from sqlalchemy.schema import CreateSchema
 
 from dms.config import Settings
 from dms.schema.naming import NAMING_CONVENTION
-from dms.schema.tenant import USERS_SCHEMA
-
-_stand_in_metadata = sa.MetaData(schema=USERS_SCHEMA, naming_convention=NAMING_CONVENTION)
-
-#: The development stand-in; the real table may have more columns, ``dms`` needs only ``id``.
-users_stand_in = sa.Table(
-    "users",
-    _stand_in_metadata,
-    sa.Column("id", sa.Uuid, primary_key=True, server_default=sa.func.gen_random_uuid()),
-    sa.Column("email", sa.Text, nullable=False, unique=True),
-    sa.Column("display_name", sa.Text, nullable=False),
-    sa.Column(
-        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
-    ),
-)
 
 
-def _routed(conn: Connection, settings: Settings) -> Connection:
-    return conn.execution_options(schema_translate_map={USERS_SCHEMA: settings.users_schema})
+@functools.cache
+def users_stand_in(schema: str) -> sa.Table:
+    """The development stand-in in ``schema``; the real table may have more columns.
+
+    Declared with its real schema rather than routed with ``schema_translate_map``: the helpers
+    below then work on any connection, tenant-routed or not, and leave its options alone.
+    """
+    metadata = sa.MetaData(schema=schema, naming_convention=NAMING_CONVENTION)
+    return sa.Table(
+        "users",
+        metadata,
+        sa.Column("id", sa.Uuid, primary_key=True, server_default=sa.func.gen_random_uuid()),
+        sa.Column("email", sa.Text, nullable=False, unique=True),
+        sa.Column("display_name", sa.Text, nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+        ),
+    )
 
 
 def users_table_exists(conn: Connection, settings: Settings | None = None) -> bool:
@@ -55,7 +57,7 @@ def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> b
         if users_table_exists(conn, settings):
             return False
         conn.execute(CreateSchema(settings.users_schema, if_not_exists=True))
-        _stand_in_metadata.create_all(_routed(conn, settings), checkfirst=False)
+        users_stand_in(settings.users_schema).create(conn)
     return True
 
 
@@ -64,16 +66,16 @@ def create_user(
 ) -> uuid.UUID:
     """Insert a stand-in user (or find it by e-mail) and return its id. Development only."""
     settings = settings or Settings.from_env()
-    routed = _routed(conn, settings)
-    inserted: uuid.UUID | None = routed.scalar(
-        insert(users_stand_in)
+    users = users_stand_in(settings.users_schema)
+    inserted: uuid.UUID | None = conn.scalar(
+        insert(users)
         .values(email=email, display_name=display_name)
         .on_conflict_do_nothing(index_elements=["email"])
-        .returning(users_stand_in.c.id)
+        .returning(users.c.id)
     )
     if inserted is not None:
         return inserted
-    existing: uuid.UUID = routed.execute(
-        sa.select(users_stand_in.c.id).where(users_stand_in.c.email == email)
+    existing: uuid.UUID = conn.execute(
+        sa.select(users.c.id).where(users.c.email == email)
     ).scalar_one()
     return existing
