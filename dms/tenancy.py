@@ -80,7 +80,11 @@ def translate_map(slug: str, settings: Settings | None = None) -> Mapping[str | 
 
 
 def route(conn: Connection, slug: str, settings: Settings | None = None) -> Connection:
-    """Return ``conn`` routed to tenant ``slug``: the one place that applies routing."""
+    """Route ``conn`` to tenant ``slug`` and return it: the one place that applies routing.
+
+    SQLAlchemy 2 sets execution options on the connection itself, so ``conn`` stays routed
+    until it is closed (returned to the pool, it carries nothing: the map is not session state).
+    """
     return conn.execution_options(schema_translate_map=translate_map(slug, settings))
 
 

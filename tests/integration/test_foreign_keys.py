@@ -1,0 +1,297 @@
+"""Every foreign key of a tenant schema refuses an unknown id, and has an index.
+
+Each case inserts a row that is valid except for one reference to an id that does not exist,
+with plain Core on a tenant-routed connection, and expects the driver's ForeignKeyViolation
+naming exactly that constraint. The list of cases is checked against the catalog, so a new
+foreign key without a negative test fails here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from dms import tenancy
+from dms.schema import tenant as t
+from dms.testing import (
+    DocumentFactory,
+    FolderFactory,
+    MetadataFieldFactory,
+    MetadataOptionFactory,
+    MetadataValueFactory,
+    RevisionFactory,
+    TagFactory,
+)
+
+World = Mapping[str, Any]
+
+
+@pytest.fixture
+def world(tenant_conn: Connection, user_id: uuid.UUID) -> World:
+    """One valid row of every kind a foreign key can point at."""
+    conn = tenant_conn
+    folder = FolderFactory(conn=conn, created_by=user_id)
+    document = DocumentFactory(conn=conn, created_by=user_id, folder_id=folder["id"])
+    revision = RevisionFactory(conn=conn, document_id=document["id"], uploaded_by=user_id)
+    tag = TagFactory(conn=conn, created_by=user_id)
+    string_field = MetadataFieldFactory(conn=conn, created_by=user_id)
+    select_field = MetadataFieldFactory(conn=conn, created_by=user_id, field_type="select")
+    select_option = MetadataOptionFactory(
+        conn=conn, field_id=select_field["id"], field_type="select"
+    )
+    multi_field = MetadataFieldFactory(conn=conn, created_by=user_id, field_type="multi_select")
+    multi_option = MetadataOptionFactory(
+        conn=conn, field_id=multi_field["id"], field_type="multi_select"
+    )
+    MetadataValueFactory(
+        conn=conn,
+        document_id=document["id"],
+        field_id=multi_field["id"],
+        field_type="multi_select",
+    )
+    return {
+        "user": user_id,
+        "folder": folder["id"],
+        "document": document["id"],
+        "revision": revision["id"],
+        "tag": tag["id"],
+        "string_field": string_field["id"],
+        "select_field": select_field["id"],
+        "select_option": select_option["id"],
+        "multi_field": multi_field["id"],
+        "multi_option": multi_option["id"],
+    }
+
+
+def _revision(w: World) -> dict[str, Any]:
+    key = f"blobs/{uuid.uuid4()}"
+    return {
+        "document_id": w["document"],
+        "storage_key": key,
+        "sha256": "0" * 64,
+        "size_bytes": 1,
+        "mime_type": "application/pdf",
+        "uploaded_by": w["user"],
+    }
+
+
+@dataclass(frozen=True)
+class FkCase:
+    """A valid row of ``table`` (``row``) and the columns that ``constraint`` guards."""
+
+    constraint: str
+    table: sa.Table
+    row: Callable[[World], dict[str, Any]]
+    broken: tuple[str, ...] = field(default=())
+
+
+FK_CASES = [
+    FkCase(
+        "fk_folders_created_by_users",
+        t.folders,
+        lambda w: {"name": "New", "created_by": w["user"]},
+        ("created_by",),
+    ),
+    FkCase(
+        "fk_folders_parent_id_folders",
+        t.folders,
+        lambda w: {"name": "New", "parent_id": w["folder"], "created_by": w["user"]},
+        ("parent_id",),
+    ),
+    FkCase(
+        "fk_documents_created_by_users",
+        t.documents,
+        lambda w: {"title": "New", "created_by": w["user"]},
+        ("created_by",),
+    ),
+    FkCase(
+        "fk_documents_folder_id_folders",
+        t.documents,
+        lambda w: {"title": "New", "folder_id": w["folder"], "created_by": w["user"]},
+        ("folder_id",),
+    ),
+    FkCase(
+        "fk_documents_current_revision",
+        t.documents,
+        lambda w: {"title": "New", "current_revision_id": None, "created_by": w["user"]},
+        ("current_revision_id",),
+    ),
+    FkCase(
+        "fk_file_revisions_document_id_documents",
+        t.file_revisions,
+        _revision,
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_file_revisions_uploaded_by_users",
+        t.file_revisions,
+        _revision,
+        ("uploaded_by",),
+    ),
+    FkCase(
+        "fk_tags_created_by_users",
+        t.tags,
+        lambda w: {"name": "new", "created_by": w["user"]},
+        ("created_by",),
+    ),
+    FkCase(
+        "fk_document_tags_document_id_documents",
+        t.document_tags,
+        lambda w: {"document_id": w["document"], "tag_id": w["tag"]},
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_document_tags_tag_id_tags",
+        t.document_tags,
+        lambda w: {"document_id": w["document"], "tag_id": w["tag"]},
+        ("tag_id",),
+    ),
+    FkCase(
+        "fk_metadata_fields_created_by_users",
+        t.metadata_fields,
+        lambda w: {"name": "New", "field_type": "string", "created_by": w["user"]},
+        ("created_by",),
+    ),
+    FkCase(
+        "fk_metadata_field_options_field",
+        t.metadata_field_options,
+        lambda w: {"field_id": w["select_field"], "field_type": "select", "value": "New"},
+        ("field_id",),
+    ),
+    FkCase(
+        "fk_document_metadata_document_id_documents",
+        t.document_metadata,
+        lambda w: {
+            "document_id": w["document"],
+            "field_id": w["string_field"],
+            "field_type": "string",
+            "value_string": "x",
+        },
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_document_metadata_field",
+        t.document_metadata,
+        lambda w: {
+            "document_id": w["document"],
+            "field_id": w["string_field"],
+            "field_type": "string",
+            "value_string": "x",
+        },
+        ("field_id",),
+    ),
+    FkCase(
+        "fk_document_metadata_option",
+        t.document_metadata,
+        lambda w: {
+            "document_id": w["document"],
+            "field_id": w["select_field"],
+            "field_type": "select",
+            "option_id": w["select_option"],
+        },
+        ("option_id",),
+    ),
+    FkCase(
+        "fk_document_metadata_choices_value",
+        t.document_metadata_choices,
+        lambda w: {
+            "document_id": w["document"],
+            "field_id": w["multi_field"],
+            "option_id": w["multi_option"],
+        },
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_document_metadata_choices_option",
+        t.document_metadata_choices,
+        lambda w: {
+            "document_id": w["document"],
+            "field_id": w["multi_field"],
+            "option_id": w["multi_option"],
+        },
+        ("option_id",),
+    ),
+]
+
+
+def _count(conn: Connection, table: sa.Table) -> int:
+    return int(conn.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
+
+
+@pytest.mark.parametrize("case", FK_CASES, ids=lambda case: case.constraint)
+def test_unknown_reference_is_refused(tenant_conn: Connection, world: World, case: FkCase) -> None:
+    values = case.row(world) | {column: uuid.uuid4() for column in case.broken}
+    before = _count(tenant_conn, case.table)
+
+    with pytest.raises(IntegrityError) as excinfo, tenant_conn.begin_nested():
+        tenant_conn.execute(sa.insert(case.table).values(**values))
+
+    orig = excinfo.value.orig
+    assert type(orig) is psycopg.errors.ForeignKeyViolation
+    assert orig.diag.constraint_name == case.constraint
+    assert _count(tenant_conn, case.table) == before
+
+
+@pytest.mark.parametrize("case", FK_CASES, ids=lambda case: case.constraint)
+def test_same_row_with_known_reference_is_accepted(
+    tenant_conn: Connection, world: World, case: FkCase
+) -> None:
+    """Control: the negative case fails only because of the unknown id."""
+    before = _count(tenant_conn, case.table)
+
+    tenant_conn.execute(sa.insert(case.table).values(**case.row(world)))
+
+    assert _count(tenant_conn, case.table) == before + 1
+
+
+_FOREIGN_KEYS = sa.text(
+    """
+    SELECT c.conname, c.conrelid::regclass::text AS table_name,
+           EXISTS (
+               SELECT 1 FROM pg_index i
+                WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1]
+           ) AS leading_index
+      FROM pg_constraint c
+     WHERE c.contype = 'f' AND c.connamespace = CAST(:schema AS regnamespace)
+    """
+)
+
+
+def _catalog_foreign_keys(conn: Connection, slug: str) -> dict[str, bool]:
+    rows = conn.execute(_FOREIGN_KEYS, {"schema": tenancy.schema_name(slug)})
+    return {row.conname: row.leading_index for row in rows}
+
+
+def test_every_catalog_foreign_key_has_a_negative_test(
+    tenant_conn: Connection, tenant: str
+) -> None:
+    in_catalog = set(_catalog_foreign_keys(tenant_conn, tenant))
+
+    assert in_catalog == {case.constraint for case in FK_CASES}
+
+
+def test_declared_foreign_keys_match_the_catalog(tenant_conn: Connection, tenant: str) -> None:
+    declared = {
+        constraint.name
+        for table in t.metadata.tables.values()
+        for constraint in table.foreign_key_constraints
+    }
+
+    assert declared == set(_catalog_foreign_keys(tenant_conn, tenant))
+
+
+def test_every_foreign_key_has_an_index_on_its_leading_column(
+    tenant_conn: Connection, tenant: str
+) -> None:
+    foreign_keys = _catalog_foreign_keys(tenant_conn, tenant)
+
+    assert foreign_keys, "no foreign keys found: the catalog query is wrong"
+    assert sorted(name for name, indexed in foreign_keys.items() if not indexed) == []
