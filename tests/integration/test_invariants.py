@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from dms import tenancy
+from dms.config import Settings
 from dms.schema import tenant as t
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.testing import (
@@ -505,13 +506,14 @@ def test_primary_keys_are_uuids(tenant_conn: Connection, tenant: str) -> None:
 def test_user_who_created_rows_cannot_be_deleted(engine: Engine, tenant_conn: Connection) -> None:
     author = _new_user(engine)
     FolderFactory(conn=tenant_conn, created_by=author)
+    users = users_stand_in(Settings.from_env().users_schema)
 
     assert_refused(
         tenant_conn,
-        sa.delete(users_stand_in).where(users_stand_in.c.id == author),
+        sa.delete(users).where(users.c.id == author),
         ForeignKeyViolation,
         "fk_folders_created_by_users",
-        tables=[users_stand_in, t.folders],
+        tables=[users, t.folders],
     )
 
 
