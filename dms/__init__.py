@@ -1,11 +1,26 @@
 """dms: the core of a multi-tenant document-management backend on PostgreSQL.
 
-Start with :func:`create_engine`, :func:`create_tenant` and :func:`upgrade`; every error is a
+Start with :func:`create_engine`, :func:`create_tenant` and :func:`upgrade`; then work in a
+tenant through a :class:`UnitOfWork` (``uow.documents``, ``uow.folders``, ``uow.tags``,
+``uow.revisions``, ``uow.metadata``) and the use cases in :mod:`dms.services`. Every error is a
 :class:`DmsError`.
 """
 
 from dms.config import Settings
 from dms.db import create_engine
+from dms.domain import (
+    Cursor,
+    Document,
+    DocumentQuery,
+    FieldOption,
+    FieldType,
+    Folder,
+    MetadataField,
+    MetadataFilter,
+    Page,
+    Revision,
+    Tag,
+)
 from dms.errors import (
     AlreadyExists,
     ConcurrentUpdate,
@@ -22,26 +37,43 @@ from dms.errors import (
     UsersTableMissing,
     ValidationError,
 )
+from dms.jobs import Job, JobState, Worker
 from dms.migrations import downgrade, fleet_status, upgrade
 from dms.tenancy import Tenant, create_tenant, drop_tenant, list_tenants
+from dms.uow import UnitOfWork
 
 __all__ = [
     "AlreadyExists",
     "ConcurrentUpdate",
     "ConfigurationError",
+    "Cursor",
     "DmsError",
+    "Document",
+    "DocumentQuery",
+    "FieldOption",
+    "FieldType",
+    "Folder",
     "InvalidTenantName",
     "InvariantViolation",
+    "Job",
+    "JobState",
     "LeaseLost",
+    "MetadataField",
+    "MetadataFilter",
     "MigrationError",
     "MigrationFailed",
     "NotFound",
+    "Page",
+    "Revision",
     "Settings",
+    "Tag",
     "Tenant",
     "TenantExists",
     "TenantNotFound",
+    "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",
+    "Worker",
     "create_engine",
     "create_tenant",
     "downgrade",

@@ -1,0 +1,239 @@
+"""Every SQL statement on ``documents``.
+
+Create, read, update with optimistic concurrency, soft delete, restore, purge, and search with
+keyset pagination.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from dms.domain import Cursor, Document, DocumentQuery, Page
+from dms.domain.search import check_page_size
+from dms.domain.validation import check_name
+from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound
+from dms.schema import tenant as t
+
+from . import _rows, _search
+from ._base import Repository
+from .errors import translated
+
+TITLE_MAX_CHARS = 500
+
+_d = t.documents
+_TITLE_KEY = sa.func.lower(_d.c.title)
+
+
+class DocumentRepository(Repository):
+    """Documents of one tenant."""
+
+    def add(self, *, title: str, folder_id: uuid.UUID | None = None) -> Document:
+        """Create a document in ``folder_id`` (top level if ``None``); no revision yet."""
+        check_name("document", title, max_chars=TITLE_MAX_CHARS)
+        self._lock_live_folder(folder_id)
+        what = f"document {title!r} in folder {folder_id}"
+        with translated(self._conn, what):
+            row = self._conn.execute(
+                sa.insert(_d)
+                .values(title=title, folder_id=folder_id, created_by=self._actor())
+                .returning(*_rows.DOCUMENT_COLUMNS)
+            ).one()
+        return _rows.document(row)
+
+    def get(self, document_id: uuid.UUID, *, include_deleted: bool = False) -> Document:
+        """Return the document, or raise :class:`NotFound` (also for a deleted one by default)."""
+        query = sa.select(*_rows.DOCUMENT_COLUMNS).where(_d.c.id == document_id)
+        if not include_deleted:
+            query = query.where(_d.c.deleted_at.is_(None))
+        row = self._conn.execute(query).one_or_none()
+        if row is None:
+            raise NotFound(f"document {document_id} does not exist")
+        return _rows.document(row)
+
+    def rename(self, document_id: uuid.UUID, *, title: str, version: int) -> Document:
+        """Give the document a new title; ``version`` is the one the caller read."""
+        check_name("document", title, max_chars=TITLE_MAX_CHARS)
+        return self._update(document_id, version, f"title {title!r}", title=title)
+
+    def move(
+        self, document_id: uuid.UUID, *, folder_id: uuid.UUID | None, version: int
+    ) -> Document:
+        """Move the document into ``folder_id`` (top level if ``None``)."""
+        self._lock_live_folder(folder_id)
+        return self._update(document_id, version, f"folder {folder_id}", folder_id=folder_id)
+
+    def soft_delete(self, document_id: uuid.UUID, *, version: int) -> Document:
+        """Put the document in the trash; :meth:`restore` takes it out."""
+        return self._update(document_id, version, "deletion", deleted_at=sa.func.clock_timestamp())
+
+    def restore(self, document_id: uuid.UUID, *, version: int) -> Document:
+        """Take the document out of the trash.
+
+        Raises :class:`AlreadyExists` if a live document in its folder took its title meanwhile,
+        :class:`InvariantViolation` if its folder is in the trash.
+        """
+        current = self.get(document_id, include_deleted=True)
+        if current.deleted_at is None:
+            raise InvariantViolation(f"document {document_id} is not deleted")
+        self._require_live_folder(current.folder_id, f"document {current.title!r}")
+        what = f"document {current.title!r} in folder {current.folder_id}"
+        return self._update(document_id, version, what, deleted=True, deleted_at=sa.null())
+
+    def purge(self, document_id: uuid.UUID) -> None:
+        """Delete the document for good, with its revisions, tag links and metadata values."""
+        with translated(self._conn, f"document {document_id}"):
+            deleted = self._conn.execute(
+                sa.delete(_d).where(_d.c.id == document_id).returning(_d.c.id)
+            ).one_or_none()
+        if deleted is None:
+            raise NotFound(f"document {document_id} does not exist")
+
+    def set_current_revision(self, document_id: uuid.UUID, revision_id: uuid.UUID) -> Document:
+        """Point the document at ``revision_id`` (one of its own) and bump its version.
+
+        Takes no expected version: uploads never conflict with each other, they queue.
+        """
+        with translated(self._conn, f"revision {revision_id} of document {document_id}"):
+            row = self._conn.execute(
+                sa.update(_d)
+                .where(_d.c.id == document_id)
+                .values(
+                    current_revision_id=revision_id,
+                    version=_d.c.version + 1,
+                    updated_at=sa.func.now(),
+                )
+                .returning(*_rows.DOCUMENT_COLUMNS)
+            ).one_or_none()
+        if row is None:
+            raise NotFound(f"document {document_id} does not exist")
+        return _rows.document(row)
+
+    def soft_delete_in_folders(self, folder_ids: Sequence[uuid.UUID], at: datetime) -> int:
+        """Put the live documents of ``folder_ids`` in the trash at ``at``; return how many."""
+        result = self._conn.execute(
+            sa.update(_d)
+            .where(_d.c.folder_id.in_(folder_ids), _d.c.deleted_at.is_(None))
+            .values(deleted_at=at, version=_d.c.version + 1, updated_at=sa.func.now())
+        )
+        return result.rowcount
+
+    def restore_in_folders(self, folder_ids: Sequence[uuid.UUID], deleted_at: datetime) -> int:
+        """Restore the documents of ``folder_ids`` trashed at ``deleted_at``; return how many."""
+        with translated(self._conn, f"documents of folders {list(folder_ids)}"):
+            result = self._conn.execute(
+                sa.update(_d)
+                .where(_d.c.folder_id.in_(folder_ids), _d.c.deleted_at == deleted_at)
+                .values(deleted_at=None, version=_d.c.version + 1, updated_at=sa.func.now())
+            )
+        return result.rowcount
+
+    def ids_in_tenant(self, document_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+        """Return which of ``document_ids`` are live documents of this tenant."""
+        rows = self._conn.execute(
+            sa.select(_d.c.id).where(_d.c.id.in_(list(document_ids)), _d.c.deleted_at.is_(None))
+        )
+        return set(rows.scalars())
+
+    def search(
+        self, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
+    ) -> Page[Document]:
+        """Return one page of live documents matching ``query``, ordered by title then id.
+
+        Pass the page's ``next_cursor`` as ``after`` for the next page; the cost of a page does
+        not grow with its position (keyset, not OFFSET).
+        """
+        statement = self.search_statement(query, limit=limit, after=after)
+        return _page(list(self._conn.execute(statement)), limit)
+
+    def search_statement(
+        self, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
+    ) -> sa.Select[Any]:
+        """Return the statement behind :meth:`search` (one row more than ``limit``).
+
+        For ``EXPLAIN`` and benchmarks; applications call :meth:`search`.
+        """
+        check_page_size(limit)
+        statement = (
+            sa.select(*_rows.DOCUMENT_COLUMNS, _TITLE_KEY.label("title_key"))
+            .where(_d.c.deleted_at.is_(None), *_search.conditions(self._conn, query))
+            .order_by(_TITLE_KEY, _d.c.id)
+            .limit(limit + 1)
+        )
+        if after is not None:
+            # The redundant first bound lets an index on lower(title) seek to the page; the
+            # row comparison alone is not an index condition (no index ends in id).
+            statement = statement.where(
+                sa.func.lower(_d.c.title) >= after.title_key,
+                sa.tuple_(_TITLE_KEY, _d.c.id) > (after.title_key, after.id),
+            )
+        return statement
+
+    def _update(
+        self,
+        document_id: uuid.UUID,
+        version: int,
+        what: str,
+        *,
+        deleted: bool = False,
+        **values: Any,
+    ) -> Document:
+        state = _d.c.deleted_at.is_not(None) if deleted else _d.c.deleted_at.is_(None)
+        statement = (
+            sa.update(_d)
+            .where(_d.c.id == document_id, _d.c.version == version, state)
+            .values(version=_d.c.version + 1, updated_at=sa.func.now(), **values)
+            .returning(*_rows.DOCUMENT_COLUMNS)
+        )
+        with translated(self._conn, f"document {document_id} with {what}"):
+            row = self._conn.execute(statement).one_or_none()
+        if row is None:
+            raise self._why_unchanged(document_id, version)
+        return _rows.document(row)
+
+    def _why_unchanged(self, document_id: uuid.UUID, version: int) -> Exception:
+        current = self._conn.execute(
+            sa.select(_d.c.version, _d.c.deleted_at).where(_d.c.id == document_id)
+        ).one_or_none()
+        if current is None:
+            return NotFound(f"document {document_id} does not exist")
+        if current.version != version:
+            return ConcurrentUpdate(
+                f"document {document_id} is at version {current.version}, not {version}: "
+                "reload it and try again"
+            )
+        return NotFound(f"document {document_id} is deleted")
+
+    def _lock_live_folder(self, folder_id: uuid.UUID | None) -> None:
+        # FOR SHARE: a concurrent soft delete of the folder waits for us, and we for it, so a
+        # document never lands in a folder that is going to the trash.
+        if folder_id is None:
+            return
+        f = t.folders
+        found = self._conn.execute(
+            sa.select(f.c.id)
+            .where(f.c.id == folder_id, f.c.deleted_at.is_(None))
+            .with_for_update(read=True)
+        ).one_or_none()
+        if found is None:
+            raise NotFound(f"folder {folder_id} does not exist")
+
+    def _require_live_folder(self, folder_id: uuid.UUID | None, what: str) -> None:
+        try:
+            self._lock_live_folder(folder_id)
+        except NotFound:
+            raise InvariantViolation(
+                f"{what} is in folder {folder_id}, which is deleted: restore the folder first"
+            ) from None
+
+
+def _page(rows: list[Any], limit: int) -> Page[Document]:
+    items = [_rows.document(row) for row in rows[:limit]]
+    if len(rows) <= limit:
+        return Page(items=items, next_cursor=None)
+    last = rows[limit - 1]
+    return Page(items=items, next_cursor=Cursor(title_key=last.title_key, id=last.id))

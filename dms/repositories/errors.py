@@ -1,0 +1,92 @@
+"""Translation of database errors into :mod:`dms.errors`, by SQLSTATE, in one place.
+
+Repositories run every statement that the database may refuse inside :func:`translated`. The
+psycopg error under SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError` carries the SQLSTATE and
+the name of the violated constraint; messages are never parsed. A caller can name the domain
+error of a particular constraint (``folders_no_cycle`` is a clearer story than "check
+violation").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from dms.errors import (
+    AlreadyExists,
+    ConcurrentUpdate,
+    DmsError,
+    InvariantViolation,
+    NotFound,
+    ValidationError,
+)
+
+#: A domain error, built from a message, for a constraint that the caller knows better.
+ErrorFactory = Callable[[], DmsError]
+
+_UNIQUE_VIOLATION = "23505"
+_FOREIGN_KEY_VIOLATION = "23503"
+_SERIALIZATION_FAILURE = "40001"
+_DEADLOCK_DETECTED = "40P01"
+_INTEGRITY_CLASS = "23"
+_DATA_EXCEPTION_CLASS = "22"
+
+
+def sqlstate_of(exc: DBAPIError) -> str:
+    """Return the SQLSTATE of a driver error ('' if the driver gave none)."""
+    return str(getattr(exc.orig, "sqlstate", None) or "")
+
+
+def constraint_of(exc: DBAPIError) -> str:
+    """Return the name of the constraint that the statement violated ('' if none)."""
+    diag = getattr(exc.orig, "diag", None)
+    return str(getattr(diag, "constraint_name", None) or "")
+
+
+def translate(
+    exc: DBAPIError, what: str, *, constraints: Mapping[str, ErrorFactory] | None = None
+) -> DmsError | None:
+    """Return the domain error for ``exc`` while working on ``what``, or ``None`` if unknown.
+
+    ``what`` names the entity and the offending value (``"folder 'Invoices'"``).
+    """
+    constraint = constraint_of(exc)
+    if constraints and constraint in constraints:
+        return constraints[constraint]()
+    return _by_sqlstate(sqlstate_of(exc), constraint, what)
+
+
+def _by_sqlstate(sqlstate: str, constraint: str, what: str) -> DmsError | None:
+    if sqlstate == _UNIQUE_VIOLATION:
+        return AlreadyExists(f"{what} already exists ({constraint})")
+    if sqlstate == _FOREIGN_KEY_VIOLATION:
+        return NotFound(f"{what} refers to a row that does not exist ({constraint})")
+    if sqlstate in (_SERIALIZATION_FAILURE, _DEADLOCK_DETECTED):
+        return ConcurrentUpdate(f"{what} collided with a concurrent transaction; retry")
+    if sqlstate.startswith(_INTEGRITY_CLASS):
+        return InvariantViolation(f"{what} was refused by the database ({constraint or sqlstate})")
+    if sqlstate.startswith(_DATA_EXCEPTION_CLASS):
+        return ValidationError(f"{what} has a value the database cannot store ({sqlstate})")
+    return None
+
+
+@contextmanager
+def translated(
+    conn: Connection, what: str, *, constraints: Mapping[str, ErrorFactory] | None = None
+) -> Iterator[None]:
+    """Run a block in a savepoint and raise database errors as domain errors.
+
+    The savepoint keeps the unit of work usable after a refused statement: only the block is
+    undone, and the caller may go on or roll back.
+    """
+    try:
+        with conn.begin_nested():
+            yield
+    except DBAPIError as exc:
+        error = translate(exc, what, constraints=constraints)
+        if error is None:
+            raise
+        raise error from exc

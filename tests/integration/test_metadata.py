@@ -1,0 +1,218 @@
+"""Metadata: fields of every type, options, typed values with validation, required fields."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date, datetime
+from decimal import Decimal
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.domain import FieldType
+from dms.errors import AlreadyExists, NotFound, ValidationError
+from dms.schema import tenant as t
+from dms.services import create_document
+from dms.uow import UnitOfWork
+
+
+@pytest.fixture
+def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    return UnitOfWork(engine, tenant=tenant, user_id=user_id)
+
+
+def rows(engine: Engine, tenant: str, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        return int(
+            tenancy.route(conn, tenant).scalar(sa.select(sa.func.count()).select_from(table)) or 0
+        )
+
+
+GOOD_VALUES: list[tuple[str, object, object]] = [
+    ("string", "ACME Ltd", "ACME Ltd"),
+    ("text", "line one\nline two", "line one\nline two"),
+    ("int", -(2**63), -(2**63)),
+    ("decimal", Decimal("12.3400"), Decimal("12.3400")),
+    ("decimal", "0.1", Decimal("0.1")),
+    ("date", date(2026, 3, 1), date(2026, 3, 1)),
+    ("bool", False, False),
+    ("url", "https://example.org/a?b=c", "https://example.org/a?b=c"),
+]
+
+
+@pytest.mark.parametrize(("field_type", "value", "stored"), GOOD_VALUES)
+def test_set_and_read_values(
+    uow: UnitOfWork, field_type: str, value: object, stored: object
+) -> None:
+    with uow:
+        field = uow.metadata.define_field(name="F", field_type=field_type)
+        doc = uow.documents.add(title="A.pdf")
+        assert uow.metadata.set_value(doc.id, field.id, value) == stored
+        assert uow.metadata.values_of(doc.id) == {field.id: stored}
+
+
+BAD_VALUES: list[tuple[str, object]] = [
+    ("string", ""),
+    ("string", 5),
+    ("string", "x" * 1001),
+    ("int", 2**63),
+    ("int", True),
+    ("int", "12"),
+    ("int", 1.5),
+    ("decimal", 0.1),
+    ("decimal", "abc"),
+    ("decimal", Decimal("NaN")),
+    ("decimal", Decimal("1.12345678901")),
+    ("decimal", Decimal("1" * 39)),
+    ("date", "2026-03-01"),
+    ("date", datetime(2026, 3, 1, 12, 0)),
+    ("bool", 1),
+    ("url", "ftp://example.org"),
+    ("url", "https://exa mple.org"),
+    ("url", "example.org"),
+    ("select", "purple"),
+    ("select", uuid.uuid4()),
+    ("multi_select", "red"),
+    ("multi_select", []),
+    ("multi_select", ["red", "purple"]),
+]
+
+
+@pytest.mark.parametrize(("field_type", "value"), BAD_VALUES)
+def test_invalid_values_are_refused_and_nothing_written(
+    engine: Engine, tenant: str, uow: UnitOfWork, field_type: str, value: object
+) -> None:
+    options = ["red", "green"] if FieldType(field_type).has_options else []
+    with uow:
+        field = uow.metadata.define_field(name="Colour", field_type=field_type, options=options)
+        doc = uow.documents.add(title="A.pdf")
+        with pytest.raises(ValidationError, match="'Colour'") as error:
+            uow.metadata.set_value(doc.id, field.id, value)
+        shown = "'purple'" if value == ["red", "purple"] else repr(value)[:20]
+        assert shown in str(error.value)
+        uow.commit()
+    assert rows(engine, tenant, t.document_metadata) == 0
+
+
+def test_value_of_unknown_field_or_document(uow: UnitOfWork) -> None:
+    with uow:
+        field = uow.metadata.define_field(name="N", field_type="int")
+        with pytest.raises(NotFound):
+            uow.metadata.set_value(uuid.uuid4(), field.id, 1)
+        doc = uow.documents.add(title="A.pdf")
+        with pytest.raises(NotFound):
+            uow.metadata.set_value(doc.id, uuid.uuid4(), 1)
+
+
+def test_define_field_checks(uow: UnitOfWork) -> None:
+    with uow:
+        with pytest.raises(ValidationError, match="'colour'"):
+            uow.metadata.define_field(name="Colour", field_type="colour")
+        with pytest.raises(ValidationError, match="cannot have options"):
+            uow.metadata.define_field(name="N", field_type="int", options=["1"])
+        with pytest.raises(ValidationError, match="'N'"):
+            uow.metadata.define_field(name="N", field_type="int", default="one")
+        uow.metadata.define_field(name="Amount", field_type=FieldType.INT)
+        with pytest.raises(AlreadyExists, match="'AMOUNT'"):
+            uow.metadata.define_field(name="AMOUNT", field_type="string")
+        with pytest.raises(AlreadyExists):
+            uow.metadata.define_field(name="S", field_type="select", options=["a", "A"])
+        assert [f.name for f in uow.metadata.list_fields()] == ["Amount"]
+
+
+def test_select_values_and_option_lifecycle(uow: UnitOfWork) -> None:
+    with uow:
+        field = uow.metadata.define_field(
+            name="Status", field_type="select", options=["Draft", "Final"]
+        )
+        draft, final = field.options
+        a, b = uow.documents.add(title="A.pdf"), uow.documents.add(title="B.pdf")
+        assert uow.metadata.set_value(a.id, field.id, "draft") == draft.id
+        uow.metadata.set_value(b.id, field.id, final.id)
+        uow.metadata.rename_option(draft.id, value="Proposal")
+        uow.metadata.retire_option(final.id)
+        archived = uow.metadata.add_option(field.id, "Archived")
+        assert uow.metadata.values_of(a.id) == {field.id: draft.id}
+        assert uow.metadata.values_of(b.id) == {field.id: final.id}
+        with pytest.raises(ValidationError, match="'Final'"):
+            uow.metadata.set_value(a.id, field.id, "Final")
+        reloaded = uow.metadata.get_field_by_name("status")
+        assert [o.value for o in reloaded.active_options()] == ["Proposal", "Archived"]
+        assert archived.position == 2
+        with pytest.raises(AlreadyExists):
+            uow.metadata.add_option(field.id, "proposal")
+
+
+def test_multi_select_values(uow: UnitOfWork) -> None:
+    with uow:
+        field = uow.metadata.define_field(
+            name="Topics", field_type="multi_select", options=["tax", "hr", "it"]
+        )
+        tax, hr, it = field.options
+        doc = uow.documents.add(title="A.pdf")
+        uow.metadata.set_value(doc.id, field.id, ["tax", hr.id])
+        assert uow.metadata.values_of(doc.id) == {field.id: frozenset({tax.id, hr.id})}
+        uow.metadata.set_value(doc.id, field.id, {it.id})
+        assert uow.metadata.values_of(doc.id) == {field.id: frozenset({it.id})}
+        uow.metadata.clear_value(doc.id, field.id)
+        assert uow.metadata.values_of(doc.id) == {}
+
+
+def test_rename_field_and_clear_value(uow: UnitOfWork) -> None:
+    with uow:
+        field = uow.metadata.define_field(name="Amount", field_type="int")
+        doc = uow.documents.add(title="A.pdf")
+        uow.metadata.set_value(doc.id, field.id, 5)
+        assert uow.metadata.rename_field(field.id, name="Total").name == "Total"
+        assert uow.metadata.values_of(doc.id) == {field.id: 5}
+        uow.metadata.clear_value(doc.id, field.id)
+        assert uow.metadata.values_of(doc.id) == {}
+        with pytest.raises(NotFound):
+            uow.metadata.rename_field(uuid.uuid4(), name="X")
+
+
+def test_required_field_cannot_be_cleared(uow: UnitOfWork) -> None:
+    with uow:
+        field = uow.metadata.define_field(name="Customer", field_type="string", required=True)
+        doc = create_document(uow, title="A.pdf", metadata={field.id: "ACME"})
+        with pytest.raises(ValidationError, match="'Customer' is required"):
+            uow.metadata.clear_value(doc.id, field.id)
+        assert uow.metadata.values_of(doc.id) == {field.id: "ACME"}
+
+
+def test_required_field_on_tenant_with_documents_needs_default(
+    engine: Engine, tenant: str, uow: UnitOfWork
+) -> None:
+    with uow:
+        uow.documents.add(title="A.pdf")
+        with pytest.raises(ValidationError, match="needs a default"):
+            uow.metadata.define_field(name="Customer", field_type="string", required=True)
+        uow.commit()
+    assert rows(engine, tenant, t.metadata_fields) == 0
+
+
+@pytest.mark.parametrize(
+    ("field_type", "options", "default"),
+    [
+        ("string", [], "unknown"),
+        ("date", [], date(2000, 1, 1)),
+        ("select", ["low", "high"], "low"),
+        ("multi_select", ["a", "b", "c"], ["a", "c"]),
+    ],
+)
+def test_required_field_default_applied_to_existing_documents(
+    uow: UnitOfWork, field_type: str, options: list[str], default: object
+) -> None:
+    with uow:
+        docs = [uow.documents.add(title=f"{n}.pdf") for n in range(3)]
+        field = uow.metadata.define_field(
+            name="F", field_type=field_type, required=True, default=default, options=options
+        )
+        assert field.default is not None
+        for doc in docs:
+            assert uow.metadata.values_of(doc.id) == {field.id: field.default}
+        assert uow.metadata.missing_required(docs[0].id) == []
+        later = create_document(uow, title="later.pdf")
+        assert uow.metadata.values_of(later.id) == {field.id: field.default}

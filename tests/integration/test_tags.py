@@ -1,0 +1,86 @@
+"""Tags: names unique ignoring case, bulk tag/untag, documents having all or any tags."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from dms.errors import AlreadyExists, NotFound, ValidationError
+from dms.uow import UnitOfWork
+
+
+@pytest.fixture
+def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    return UnitOfWork(engine, tenant=tenant, user_id=user_id)
+
+
+def test_create_get_rename_delete(uow: UnitOfWork) -> None:
+    with uow:
+        tag = uow.tags.add(name="Urgent")
+        assert uow.tags.get(tag.id) == tag
+        assert uow.tags.get_by_name("URGENT") == tag
+        renamed = uow.tags.rename(tag.id, name="Critical")
+        assert renamed.name == "Critical"
+        doc = uow.documents.add(title="A.pdf")
+        uow.tags.tag([doc.id], [tag.id])
+        uow.tags.delete(tag.id)
+        assert uow.tags.all() == []
+        assert uow.tags.tags_of(doc.id) == []
+        with pytest.raises(NotFound):
+            uow.tags.delete(tag.id)
+        with pytest.raises(NotFound):
+            uow.tags.rename(tag.id, name="x")
+
+
+def test_names_unique_ignoring_case(uow: UnitOfWork) -> None:
+    with uow:
+        uow.tags.add(name="Invoice")
+        other = uow.tags.add(name="Receipt")
+        with pytest.raises(AlreadyExists, match="'invoice'"):
+            uow.tags.add(name="invoice")
+        with pytest.raises(AlreadyExists):
+            uow.tags.rename(other.id, name="INVOICE")
+        assert [t.name for t in uow.tags.all()] == ["Invoice", "Receipt"]
+
+
+@pytest.mark.parametrize("name", ["", " ", "x" * 101, None])
+def test_bad_names(uow: UnitOfWork, name: object) -> None:
+    with uow:
+        with pytest.raises(ValidationError):
+            uow.tags.add(name=name)  # type: ignore[arg-type]
+        assert uow.tags.all() == []
+
+
+def test_bulk_tag_untag_and_queries(uow: UnitOfWork) -> None:
+    with uow:
+        red, blue = uow.tags.add(name="red"), uow.tags.add(name="blue")
+        a, b, c = (uow.documents.add(title=f"{n}.pdf") for n in "abc")
+        assert uow.tags.tag([a.id, b.id], [red.id, blue.id]) == 4
+        assert uow.tags.tag([a.id, c.id], [red.id]) == 1
+        assert [d.id for d in uow.tags.documents_with_all([red.id, blue.id])] == [a.id, b.id]
+        assert [d.id for d in uow.tags.documents_with_any([red.id, blue.id])] == [a.id, b.id, c.id]
+        assert uow.tags.untag([a.id, b.id], [blue.id]) == 2
+        assert uow.tags.documents_with_all([red.id, blue.id]) == []
+        assert [t.name for t in uow.tags.tags_of(a.id)] == ["red"]
+
+
+def test_tag_unknown_document_or_tag_writes_nothing(uow: UnitOfWork) -> None:
+    with uow:
+        tag = uow.tags.add(name="red")
+        doc = uow.documents.add(title="a.pdf")
+        with pytest.raises(NotFound):
+            uow.tags.tag([doc.id, uuid.uuid4()], [tag.id])
+        with pytest.raises(NotFound):
+            uow.tags.tag([doc.id], [uuid.uuid4()])
+        assert uow.tags.tags_of(doc.id) == []
+
+
+def test_deleted_documents_are_not_found_by_tag(uow: UnitOfWork) -> None:
+    with uow:
+        tag = uow.tags.add(name="red")
+        doc = uow.documents.add(title="a.pdf")
+        uow.tags.tag([doc.id], [tag.id])
+        uow.documents.soft_delete(doc.id, version=doc.version)
+        assert uow.tags.documents_with_any([tag.id]) == []

@@ -1,0 +1,157 @@
+"""The unit of work: commit, rollback, single use, savepoints, tenant isolation."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.domain import DocumentQuery
+from dms.errors import AlreadyExists, DmsError, NotFound, ValidationError
+from dms.schema import tenant as t
+from dms.services import add_revision, create_document
+from dms.uow import UnitOfWork
+from tests.conftest import new_slug
+
+
+def count(engine: Engine, tenant: str, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        routed = tenancy.route(conn, tenant)
+        return int(routed.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
+
+
+@pytest.fixture
+def other_tenant(engine: Engine) -> Iterator[str]:
+    slug = new_slug()
+    tenancy.create_tenant(engine, slug)
+    yield slug
+    tenancy.drop_tenant(engine, slug)
+
+
+def test_commit_persists(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        doc = uow.documents.add(title="Kept.pdf")
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert uow.documents.get(doc.id).title == "Kept.pdf"
+
+
+def test_without_commit_nothing_is_written(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        folder = uow.folders.add(name="Gone")
+        create_document(uow, title="Gone.pdf", folder_id=folder.id)
+        uow.tags.add(name="gone")
+    for table in (t.folders, t.documents, t.tags):
+        assert count(engine, tenant, table) == 0
+
+
+def test_exception_rolls_back(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    def fail() -> None:
+        with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+            uow.documents.add(title="Gone.pdf")
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        fail()
+    assert count(engine, tenant, t.documents) == 0
+
+
+def test_rollback_discards_work(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        uow.documents.add(title="Gone.pdf")
+        uow.rollback()
+    assert count(engine, tenant, t.documents) == 0
+
+
+def test_single_use(engine: Engine, tenant: str) -> None:
+    uow = UnitOfWork(engine, tenant=tenant)
+    with uow:
+        pass
+    with pytest.raises(DmsError, match="single-use"), uow:
+        pass
+
+
+def test_repositories_only_while_open(engine: Engine, tenant: str) -> None:
+    uow = UnitOfWork(engine, tenant=tenant)
+    with pytest.raises(DmsError, match="not open"):
+        _ = uow.documents
+    with uow:
+        repository = uow.documents
+        assert uow.documents is repository
+    with pytest.raises(DmsError, match="not open"):
+        _ = uow.documents
+
+
+def test_writes_need_a_user(engine: Engine, tenant: str) -> None:
+    with UnitOfWork(engine, tenant=tenant) as uow, pytest.raises(ValidationError, match="user"):
+        uow.documents.add(title="Anonymous.pdf")
+
+
+def test_savepoint_undoes_only_its_block(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        uow.documents.add(title="Kept.pdf")
+
+        def fail() -> None:
+            with uow.savepoint():
+                uow.documents.add(title="Gone.pdf")
+                raise RuntimeError
+
+        with pytest.raises(RuntimeError):
+            fail()
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        titles = [doc.title for doc in uow.documents.search(DocumentQuery()).items]
+    assert titles == ["Kept.pdf"]
+
+
+def test_refused_statement_keeps_the_unit_usable(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        uow.tags.add(name="urgent")
+        with pytest.raises(AlreadyExists):
+            uow.tags.add(name="URGENT")
+        uow.tags.add(name="later")
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert [tag.name for tag in uow.tags.all()] == ["later", "urgent"]
+
+
+def test_tenant_isolation_through_every_repository(
+    engine: Engine, tenant: str, other_tenant: str, user_id: uuid.UUID
+) -> None:
+    digest = hashlib.sha256(b"isolated").hexdigest()
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        folder = uow.folders.add(name="Private")
+        tag = uow.tags.add(name="secret")
+        field = uow.metadata.define_field(name="Amount", field_type="int")
+        doc = create_document(
+            uow, title="Mine.pdf", folder_id=folder.id, tag_ids=[tag.id], metadata={field.id: 1}
+        )
+        add_revision(
+            uow, doc.id, storage_key="k1", sha256=digest, size_bytes=1, mime_type="text/plain"
+        )
+        uow.commit()
+    with UnitOfWork(engine, tenant=other_tenant, user_id=user_id) as uow:
+        with pytest.raises(NotFound):
+            uow.documents.get(doc.id)
+        with pytest.raises(NotFound):
+            uow.folders.get(folder.id)
+        with pytest.raises(NotFound):
+            uow.tags.get(tag.id)
+        with pytest.raises(NotFound):
+            uow.metadata.get_field(field.id)
+        assert uow.documents.search(DocumentQuery()).items == []
+        assert uow.revisions.find_by_sha256(digest) == []
+        assert uow.revisions.history(doc.id) == []
+        assert uow.metadata.values_of(doc.id) == {}
+        assert uow.tags.documents_with_any([tag.id]) == []
+        with pytest.raises(NotFound):
+            uow.tags.tag([doc.id], [tag.id])
+        with pytest.raises(NotFound):
+            uow.documents.add(title="Intruder.pdf", folder_id=folder.id)
