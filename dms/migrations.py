@@ -314,6 +314,8 @@ def _destination(context: EnvironmentContext) -> str | None:
         destination = context.get_revision_argument()
     except KeyError:
         return None
+    if destination is None:
+        return "base"  # alembic resolves "base" to no revision at all
     return destination if isinstance(destination, str) else None
 
 
@@ -349,7 +351,10 @@ def _already_at(script: ScriptDirectory, target: object, current: str | None) ->
 def _migrate_shared(context: EnvironmentContext, engine: Engine, settings: Settings) -> None:
     with engine.begin() as conn:
         tenancy.set_lock_timeout(conn, settings)
-        conn.execute(sa.schema.CreateSchema(SHARED_SCHEMA, if_not_exists=True))
+        # Only when missing: even IF NOT EXISTS needs CREATE on the database, which a no-op
+        # run must not require (nor run DDL at all).
+        if conn.scalar(sa.select(sa.func.to_regnamespace(SHARED_SCHEMA))) is None:
+            conn.execute(sa.schema.CreateSchema(SHARED_SCHEMA, if_not_exists=True))
         _advisory_lock(conn, SHARED_SCHEMA)
         _migrate_schema(context, conn, MigrationScope.shared(settings))
 

@@ -1,0 +1,243 @@
+"""Upgrades and downgrades, step by step, restore every schema exactly and keep the data.
+
+Each test gets a new database (``empty_database_url``) with the users stand-in. "Exactly" means
+equal catalog fingerprints (:mod:`tests.migrations.fingerprint`) of the shared schema and of the
+tenant schemas, equal revisions, and equal rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import URL, Engine
+
+from dms import migrations, tenancy
+from dms.config import SHARED_SCHEMA
+from dms.users import create_users_stand_in
+from tests.migrations.fingerprint import (
+    DdlAudit,
+    Fingerprint,
+    fingerprint,
+    populate_tenant,
+    revisions,
+    schema_exists,
+    schema_rows,
+)
+
+TENANTS = ("alpha", "bravo")
+SCHEMAS = (SHARED_SCHEMA, *(tenancy.schema_name(slug) for slug in TENANTS))
+
+
+def _chain() -> list[tuple[str | None, str]]:
+    """Every step of the chain from base to head, as ``(previous, revision)``."""
+    script = ScriptDirectory.from_config(migrations.alembic_config())
+    steps = []
+    for script_revision in reversed(list(script.walk_revisions())):
+        previous = script_revision.down_revision
+        assert previous is None or isinstance(previous, str), "the chain must be linear"
+        steps.append((previous, script_revision.revision))
+    return steps
+
+
+STEPS = _chain()
+HEAD = STEPS[-1][1]
+
+
+def _step_id(step: tuple[str | None, str]) -> str:
+    return f"{step[0] or 'base'}->{step[1]}"
+
+
+@pytest.fixture
+def db(empty_database_url: URL) -> Iterator[Engine]:
+    """An engine on a new, empty database that has only the users stand-in."""
+    engine = sa.create_engine(empty_database_url)
+    create_users_stand_in(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def fleet(db: Engine) -> Engine:
+    """The database at head with the tenants of :data:`TENANTS`, each holding data."""
+    migrations.upgrade(db)
+    for slug in TENANTS:
+        tenancy.create_tenant(db, slug)
+        populate_tenant(db, slug)
+    return db
+
+
+def _fingerprints(engine: Engine, schemas: tuple[str, ...] = SCHEMAS) -> dict[str, Fingerprint]:
+    return {schema: fingerprint(engine, schema) for schema in schemas}
+
+
+def _contents(engine: Engine, schemas: tuple[str, ...] = SCHEMAS) -> dict[str, Any]:
+    return {schema: schema_rows(engine, schema) for schema in schemas}
+
+
+@pytest.mark.parametrize("step", STEPS, ids=_step_id)
+def test_fleet_step_up_and_down_restores_every_schema(
+    fleet: Engine, step: tuple[str | None, str]
+) -> None:
+    previous, revision = step
+    migrations.downgrade(fleet, previous or "base")
+    before = _fingerprints(fleet)
+    before_revisions = revisions(fleet, *SCHEMAS)
+    before_rows = _contents(fleet)
+
+    migrations.upgrade(fleet, revision)
+    upgraded = revisions(fleet, *SCHEMAS)
+    migrations.downgrade(fleet, previous or "base")
+
+    assert upgraded[SHARED_SCHEMA] == revision
+    # At base the shared downgrade drops the registry and with it every tenant schema.
+    expected_tenant_revision = revision if previous is not None else None
+    assert {upgraded[schema] for schema in SCHEMAS[1:]} == {expected_tenant_revision}
+    assert _fingerprints(fleet) == before
+    assert revisions(fleet, *SCHEMAS) == before_revisions
+    assert _contents(fleet) == before_rows
+
+
+@pytest.mark.parametrize("step", STEPS, ids=_step_id)
+def test_tenant_step_up_and_down_restores_the_tenant(
+    fleet: Engine, step: tuple[str | None, str]
+) -> None:
+    previous, revision = step
+    migrations.downgrade(fleet, previous or "base", tenant="alpha")
+    before = _fingerprints(fleet)
+    before_rows = _contents(fleet, SCHEMAS[2:])
+
+    migrations.upgrade(fleet, revision, tenant="alpha")
+    upgraded = _fingerprints(fleet)
+    assert revisions(fleet, *SCHEMAS) == {
+        SHARED_SCHEMA: HEAD,
+        "tenant_alpha": revision,
+        "tenant_bravo": HEAD,
+    }
+    migrations.downgrade(fleet, previous or "base", tenant="alpha")
+
+    if revision == HEAD:
+        # Built step by step, a tenant equals one that was created at head.
+        assert upgraded["tenant_alpha"] == upgraded["tenant_bravo"]
+    assert _fingerprints(fleet) == before
+    assert revisions(fleet, "tenant_alpha")["tenant_alpha"] == previous
+    assert _contents(fleet, SCHEMAS[2:]) == before_rows
+
+
+def test_each_step_changes_the_schema_it_migrates(fleet: Engine) -> None:
+    """A guard on the round-trip tests: each step's upgrade really does something."""
+    migrations.downgrade(fleet, "base", tenant="alpha")
+    seen = [fingerprint(fleet, "tenant_alpha")]
+    for _previous, revision in STEPS:
+        migrations.upgrade(fleet, revision, tenant="alpha")
+        seen.append(fingerprint(fleet, "tenant_alpha"))
+
+    assert seen[0].is_empty
+    assert not seen[-1].is_empty
+    assert seen[-1] == fingerprint(fleet, "tenant_bravo")
+
+
+def test_upgrade_of_an_empty_database_reaches_head(db: Engine) -> None:
+    migrations.upgrade(db)
+    empty = migrations.fleet_status(db)
+    for slug in TENANTS:
+        tenancy.create_tenant(db, slug)
+    status = migrations.fleet_status(db)
+
+    assert empty.shared_revision == HEAD
+    assert empty.tenants == ()
+    assert status.healthy
+    assert [(t.slug, t.revision) for t in status.tenants] == [(slug, HEAD) for slug in TENANTS]
+    assert "tenants" in {row[0] for row in fingerprint(db, SHARED_SCHEMA).tables}
+
+
+def test_upgrade_of_an_existing_database_keeps_the_data(fleet: Engine) -> None:
+    previous = STEPS[-1][0]
+    rows = _contents(fleet)
+    shape = _fingerprints(fleet)
+
+    if previous is not None:  # one step back everywhere, then forward again
+        migrations.downgrade(fleet, previous)
+        assert set(revisions(fleet, *SCHEMAS).values()) == {previous}
+        migrations.upgrade(fleet)
+    # One tenant back to base and forward again; the others must not notice.
+    migrations.downgrade(fleet, "base", tenant="bravo")
+    migrations.upgrade(fleet)
+
+    assert set(revisions(fleet, *SCHEMAS).values()) == {HEAD}
+    assert _fingerprints(fleet) == shape
+    assert _contents(fleet, SCHEMAS[:2]) == {schema: rows[schema] for schema in SCHEMAS[:2]}
+    assert all(not table for table in schema_rows(fleet, "tenant_bravo").values())
+
+
+_WRITE = re.compile(
+    r"\s*(CREATE|ALTER|DROP|COMMENT|GRANT|REVOKE|TRUNCATE|INSERT|UPDATE|DELETE)\b", re.IGNORECASE
+)
+
+
+def test_second_upgrade_changes_nothing(fleet: Engine) -> None:
+    audit = DdlAudit(fleet)
+    shape = _fingerprints(fleet)
+    rows = _contents(fleet)
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(fleet, "before_cursor_execute", record)
+    try:
+        migrations.upgrade(fleet)
+    finally:
+        sa.event.remove(fleet, "before_cursor_execute", record)
+
+    # Server side: no object was created, altered or dropped, by any connection.
+    assert audit.commands() == []
+    # Client side: not one statement that could change a schema or a row, not even a
+    # CREATE ... IF NOT EXISTS (which needs CREATE privilege on the database).
+    assert [s for s in statements if _WRITE.match(s)] == []
+    assert statements, "the listener saw nothing: it would pass vacuously"
+    assert _fingerprints(fleet) == shape
+    assert _contents(fleet) == rows
+
+
+def test_downgrade_to_base_then_upgrade_to_head(fleet: Engine) -> None:
+    shape = _fingerprints(fleet)
+
+    migrations.downgrade(fleet, "base")
+    at_base = migrations.fleet_status(fleet)
+    dropped = [schema_exists(fleet, schema) for schema in SCHEMAS[1:]]
+    shared_at_base = fingerprint(fleet, SHARED_SCHEMA)
+    migrations.upgrade(fleet)
+    for slug in TENANTS:
+        tenancy.create_tenant(fleet, slug)
+
+    assert at_base.shared_revision is None
+    assert at_base.tenants == ()
+    assert dropped == [False, False]
+    assert shared_at_base.is_empty
+    assert migrations.fleet_status(fleet).healthy
+    assert _fingerprints(fleet) == shape
+
+
+def test_tenant_option_migrates_that_tenant_only(fleet: Engine) -> None:
+    shape = _fingerprints(fleet)
+    rows = _contents(fleet)
+
+    migrations.downgrade(fleet, "base", tenant="alpha")
+    down = revisions(fleet, *SCHEMAS)
+    alpha_at_base = fingerprint(fleet, "tenant_alpha")
+    bravo_and_shared = _fingerprints(fleet, (SHARED_SCHEMA, "tenant_bravo"))
+    migrations.upgrade(fleet, tenant="alpha")
+
+    assert down == {SHARED_SCHEMA: HEAD, "tenant_alpha": None, "tenant_bravo": HEAD}
+    assert alpha_at_base.is_empty
+    assert bravo_and_shared == {s: shape[s] for s in (SHARED_SCHEMA, "tenant_bravo")}
+    assert revisions(fleet, *SCHEMAS) == dict.fromkeys(SCHEMAS, HEAD)
+    assert _fingerprints(fleet) == shape
+    assert _contents(fleet, (SHARED_SCHEMA, "tenant_bravo")) == {
+        s: rows[s] for s in (SHARED_SCHEMA, "tenant_bravo")
+    }
