@@ -1,0 +1,63 @@
+"""dms.jobs: a PostgreSQL job queue (no broker) and in-process worker threads.
+
+Enqueue in the caller's transaction, typically a unit of work, so that the job commits or rolls
+back with the business data::
+
+    with UnitOfWork(engine, tenant="acme") as uow:
+        ...
+        jobs.enqueue(uow, "revision.checksum", {"revision_id": str(rid)}, tenant="acme",
+                     idempotency_key=f"checksum:{rid}")
+        uow.commit()
+
+and work the queue with :class:`Worker`. The state machine, the guarantees and how to run
+workers in production are in ``docs/jobs.md``. Defaults and their units are constants of the
+modules that use them: :mod:`dms.jobs.queue` (``LEASE_SECONDS``, ``DEFAULT_MAX_ATTEMPTS``, ...),
+:mod:`dms.jobs.backoff` and :mod:`dms.jobs.worker` (``POLL_SECONDS``, ``GRACE_SECONDS``).
+"""
+
+from dms.jobs.backoff import Backoff
+from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
+from dms.jobs.queue import (
+    Enqueued,
+    NewJob,
+    complete,
+    dead_letter,
+    dequeue,
+    enqueue,
+    enqueue_many,
+    fail,
+    get,
+    heartbeat,
+    prune,
+    release,
+    requeue_dead_letter,
+    requeue_dead_letters,
+    stats,
+)
+from dms.jobs.worker import Handler, Worker
+
+__all__ = [
+    "Backoff",
+    "Enqueued",
+    "Handler",
+    "Job",
+    "JobState",
+    "NewJob",
+    "PruneResult",
+    "QueueStats",
+    "StateCount",
+    "Worker",
+    "complete",
+    "dead_letter",
+    "dequeue",
+    "enqueue",
+    "enqueue_many",
+    "fail",
+    "get",
+    "heartbeat",
+    "prune",
+    "release",
+    "requeue_dead_letter",
+    "requeue_dead_letters",
+    "stats",
+]

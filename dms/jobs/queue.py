@@ -1,0 +1,726 @@
+"""Every statement on the job queue's tables: enqueue, claim, acknowledge, requeue, inspect.
+
+All functions take a SQLAlchemy ``Connection`` or a :class:`~dms.uow.UnitOfWork` and run in the
+caller's transaction: a job enqueued in a unit of work that rolls back was never enqueued, and a
+claim is only visible to other workers once the caller commits. The queue tables live in the
+shared schema ``dms`` and are declared with that schema explicitly, so a tenant-routed connection
+reaches them unchanged.
+
+Concurrency rests on PostgreSQL alone:
+
+* **idempotent enqueue**: ``INSERT ... ON CONFLICT DO NOTHING`` on the ledger's primary key
+  ``(tenant, kind, idempotency_key)``; a racing enqueue waits on the unique index until the first
+  commits, then inserts nothing and reads the winner's job id;
+* **claims**: ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`` feeding ``UPDATE ... RETURNING`` in
+  one statement, so two workers never claim the same row and never wait on each other;
+* **fencing**: an acknowledgement matches ``(id, locked_by, attempts, state = 'running')``; a
+  reclaim by another worker changes ``locked_by``/``attempts``, so the late worker matches
+  nothing and gets :class:`~dms.errors.LeaseLost`.
+
+Transactions are expected at READ COMMITTED (PostgreSQL's default).
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.engine import Connection, Row
+
+from dms import tenancy
+from dms.errors import LeaseLost, NotFound, TenantNotFound, ValidationError
+from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
+from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
+from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.tables import processing_jobs as jobs
+from dms.schema.shared import tenants
+from dms.uow import UnitOfWork
+
+#: The LISTEN/NOTIFY channel on which enqueue wakes workers up.
+NOTIFY_CHANNEL = "dms_jobs"
+#: Attempts of a job that sets none.
+DEFAULT_MAX_ATTEMPTS = 25
+#: How long a claim holds a job before another worker may take it over.
+LEASE_SECONDS = 30
+#: How long the ledger remembers an idempotency key after the enqueue that used it.
+KEY_RETENTION_DAYS = 7
+#: Finished jobs younger than this survive :func:`prune` by default.
+JOB_RETENTION_DAYS = 7
+#: Longest error text kept in ``last_error``; tracebacks are cut from the front, where the
+#: least relevant frames are.
+MAX_ERROR_CHARS = 8000
+
+_MAX_NAME_CHARS = 200
+_INT32 = 2**31 - 1
+
+#: A connection, or a unit of work whose connection is used.
+Executor = Connection | UnitOfWork
+
+
+class Enqueued(NamedTuple):
+    """The job an enqueue refers to, and whether this call created it."""
+
+    job_id: uuid.UUID
+    created: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewJob:
+    """A job to enqueue; invalid values raise :class:`~dms.errors.ValidationError` here."""
+
+    kind: str
+    payload: Any
+    tenant: str
+    idempotency_key: str | None = None
+    run_at: datetime | None = None
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: Backoff | None = None
+
+    def __post_init__(self) -> None:
+        """Check everything that can be checked without the database."""
+        tenancy.validate_slug(self.tenant)
+        _require_name("kind", self.kind)
+        if self.idempotency_key is not None:
+            _require_name("idempotency_key", self.idempotency_key)
+        _require_json(self.payload)
+        _require_int("priority", self.priority, minimum=-_INT32)
+        _require_int("max_attempts", self.max_attempts, minimum=1)
+        if self.run_at is not None and (
+            not isinstance(self.run_at, datetime) or self.run_at.utcoffset() is None
+        ):
+            raise ValidationError(f"run_at must be a timezone-aware datetime, not {self.run_at!r}")
+        if self.backoff is not None and not isinstance(self.backoff, Backoff):
+            raise ValidationError(f"backoff must be a Backoff, not {type(self.backoff).__name__}")
+
+
+def _require_name(field: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_NAME_CHARS:
+        raise ValidationError(
+            f"{field} must be a non-blank string of at most {_MAX_NAME_CHARS} characters, "
+            f"not {value!r}"
+        )
+
+
+def _require_int(field: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _INT32:
+        raise ValidationError(
+            f"{field} must be an integer from {minimum} to {_INT32}, not {value!r}"
+        )
+
+
+def _require_json(payload: object) -> None:
+    try:
+        text = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
+    # jsonb cannot store U+0000 and would reject it only at insert time.
+    if "\\u0000" in text:
+        raise ValidationError("payload contains the character U+0000, which jsonb cannot store")
+
+
+def _conn(target: Executor) -> Connection:
+    return target.connection if isinstance(target, UnitOfWork) else target
+
+
+def _now_plus(delta: timedelta) -> sa.ColumnElement[datetime]:
+    return sa.func.now() + sa.literal(delta, sa.Interval)
+
+
+# --- enqueue ------------------------------------------------------------------------------
+
+
+def enqueue(
+    target: Executor,
+    kind: str,
+    payload: Any,
+    *,
+    tenant: str,
+    idempotency_key: str | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    key_retention: timedelta = timedelta(days=KEY_RETENTION_DAYS),
+) -> Enqueued:
+    """Enqueue one job in the caller's transaction; see :func:`enqueue_many`.
+
+    ``priority``: smaller runs first (default 0). ``run_at``: not before (default now).
+    ``max_attempts``: claims before the job goes dead (default :data:`DEFAULT_MAX_ATTEMPTS`).
+    """
+    job = NewJob(
+        kind=kind,
+        payload=payload,
+        tenant=tenant,
+        idempotency_key=idempotency_key,
+        run_at=run_at,
+        priority=priority,
+        max_attempts=DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts,
+        backoff=backoff,
+    )
+    return enqueue_many(target, [job], key_retention=key_retention)[0]
+
+
+def enqueue_many(
+    target: Executor,
+    new_jobs: Sequence[NewJob],
+    *,
+    key_retention: timedelta = timedelta(days=KEY_RETENTION_DAYS),
+) -> list[Enqueued]:
+    """Enqueue a batch in one statement; one result per input, in order.
+
+    A job with an idempotency key whose ``(tenant, kind, key)`` the ledger already holds (or that
+    an earlier job of the same batch uses) is not inserted: its result is the original job's id
+    with ``created=False``, also while the original is uncommitted in another transaction (this
+    call then waits for it) and after it finished, for ``key_retention`` and until pruned.
+
+    Raises :class:`~dms.errors.TenantNotFound` for an unregistered tenant, before writing.
+    Wakes listening workers with ``pg_notify``, delivered when the caller commits.
+    """
+    if not new_jobs:
+        return []
+    if key_retention <= timedelta(0):
+        raise ValidationError(f"key_retention must be positive, not {key_retention}")
+    conn = _conn(target)
+    _require_tenants(conn, {job.tenant for job in new_jobs})
+    results = _insert(conn, new_jobs, key_retention)
+    if any(result.created for result in results):
+        conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, "")))
+    return results
+
+
+def _insert(
+    conn: Connection, new_jobs: Sequence[NewJob], key_retention: timedelta
+) -> list[Enqueued]:
+    ids = [uuid.uuid4() for _ in new_jobs]
+    created = set(conn.scalars(_insert_statement(new_jobs, ids, key_retention)))
+    results = _resolve_keys(conn, new_jobs, ids, created)
+    # A key can vanish between the two statements only when it had expired and a concurrent
+    # prune deleted it: it is free again, so those jobs are simply enqueued anew.
+    vanished = [i for i, result in enumerate(results) if result is None]
+    if vanished:
+        again = iter(_insert(conn, [new_jobs[i] for i in vanished], key_retention))
+        return [result if result is not None else next(again) for result in results]
+    return [result for result in results if result is not None]
+
+
+def _require_tenants(conn: Connection, slugs: set[str]) -> None:
+    known = set(conn.scalars(sa.select(tenants.c.slug).where(tenants.c.slug.in_(slugs))))
+    missing = sorted(slugs - known)
+    if missing:
+        raise TenantNotFound(f"tenant {missing[0]!r} does not exist")
+
+
+def _batch_values(new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID]) -> sa.Values:
+    columns = (
+        sa.column("id", sa.Uuid),
+        sa.column("tenant", sa.Text),
+        sa.column("kind", sa.Text),
+        sa.column("payload", JSONB),
+        sa.column("priority", sa.Integer),
+        sa.column("max_attempts", sa.Integer),
+        sa.column("run_at", sa.DateTime(timezone=True)),
+        sa.column("backoff", JSONB),
+        sa.column("idempotency_key", sa.Text),
+    )
+    rows = [
+        (
+            job_id,
+            job.tenant,
+            job.kind,
+            job.payload,
+            job.priority,
+            job.max_attempts,
+            job.run_at,
+            job.backoff.to_json() if job.backoff else None,
+            job.idempotency_key,
+        )
+        for job, job_id in zip(new_jobs, ids, strict=True)
+    ]
+    return sa.values(*columns, name="batch").data(rows)
+
+
+def _insert_statement(
+    new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], key_retention: timedelta
+) -> sa.Executable:
+    """Insert the keys into the ledger and the jobs whose key was free, in one statement.
+
+    ``WITH claimed_keys AS (INSERT INTO ledger ... ON CONFLICT DO NOTHING RETURNING job_id)
+    INSERT INTO processing_jobs SELECT ... FROM batch WHERE key IS NULL OR id IN claimed_keys``
+    """
+    batch = _batch_values(new_jobs, ids).alias("batch")
+    condition: sa.ColumnElement[bool] = batch.c.idempotency_key.is_(None)
+    keyed = [
+        {
+            "tenant": job.tenant,
+            "kind": job.kind,
+            "idempotency_key": job.idempotency_key,
+            "job_id": job_id,
+            "expires_at": _now_plus(key_retention),
+        }
+        for job, job_id in zip(new_jobs, ids, strict=True)
+        if job.idempotency_key is not None
+    ]
+    claimed_keys = None
+    if keyed:
+        claimed_keys = (
+            insert(ledger)
+            .values(keyed)
+            .on_conflict_do_nothing()
+            .returning(ledger.c.job_id)
+            .cte("claimed_keys")
+        )
+        condition = condition | batch.c.id.in_(sa.select(claimed_keys.c.job_id))
+    rows = sa.select(
+        batch.c.id,
+        batch.c.tenant,
+        batch.c.kind,
+        sa.cast(batch.c.payload, JSONB),
+        batch.c.priority,
+        batch.c.max_attempts,
+        sa.func.coalesce(sa.cast(batch.c.run_at, sa.DateTime(timezone=True)), sa.func.now()),
+        sa.cast(batch.c.backoff, JSONB),
+        batch.c.idempotency_key,
+    ).where(condition)
+    statement = insert(jobs).from_select(
+        [
+            "id",
+            "tenant",
+            "kind",
+            "payload",
+            "priority",
+            "max_attempts",
+            "run_at",
+            "backoff",
+            "idempotency_key",
+        ],
+        rows,
+    )
+    if claimed_keys is not None:
+        # A data-modifying WITH must sit at the top of the statement.
+        statement = statement.add_cte(claimed_keys, nest_here=True)
+    return statement.returning(jobs.c.id)
+
+
+def _resolve_keys(
+    conn: Connection,
+    new_jobs: Sequence[NewJob],
+    ids: Sequence[uuid.UUID],
+    created: set[uuid.UUID],
+) -> list[Enqueued | None]:
+    """Read the job ids of keys that were taken; this statement sees rows committed meanwhile.
+
+    ``None`` for a key that is no longer in the ledger.
+    """
+    taken = [
+        (job.tenant, job.kind, job.idempotency_key)
+        for job, job_id in zip(new_jobs, ids, strict=True)
+        if job_id not in created
+    ]
+    owners: dict[tuple[str, str, str | None], uuid.UUID] = {}
+    if taken:
+        key = sa.tuple_(ledger.c.tenant, ledger.c.kind, ledger.c.idempotency_key)
+        query = sa.select(
+            ledger.c.tenant, ledger.c.kind, ledger.c.idempotency_key, ledger.c.job_id
+        ).where(key.in_(taken))
+        owners = {(t, k, i): job_id for t, k, i, job_id in conn.execute(query)}
+    results: list[Enqueued | None] = []
+    for job, job_id in zip(new_jobs, ids, strict=True):
+        if job_id in created:
+            results.append(Enqueued(job_id, created=True))
+            continue
+        owner = owners.get((job.tenant, job.kind, job.idempotency_key))
+        results.append(None if owner is None else Enqueued(owner, created=False))
+    return results
+
+
+# --- claiming -----------------------------------------------------------------------------
+
+
+def dequeue(
+    target: Executor,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None = None,
+    limit: int = 1,
+    lease: timedelta = timedelta(seconds=LEASE_SECONDS),
+) -> list[Job]:
+    """Claim up to ``limit`` runnable jobs for ``worker_id`` (of ``kinds``, default any).
+
+    Runnable: ``queued`` with ``run_at`` passed, or ``running`` with an expired lease (its
+    worker died); jobs with an expired lease come first. A claim sets ``locked_by``, the lease
+    and ``attempts + 1``, so a reclaim counts as an attempt; a job whose lease expired on its
+    last attempt goes to ``dead`` instead. Rows locked by other claims are skipped, not waited
+    for. Commit promptly: the claim is invisible to other workers until then.
+    """
+    _require_name("worker_id", worker_id)
+    _require_int("limit", limit, minimum=1)
+    if lease <= timedelta(0):
+        raise ValidationError(f"lease must be positive, not {lease}")
+    conn = _conn(target)
+    conn.execute(_bury_exhausted_statement(kinds))
+    rows = conn.execute(_claim_statement(worker_id, kinds, limit, lease)).all()
+    claimed = [_job(row) for row in rows]
+    return sorted(claimed, key=lambda job: (job.priority, job.run_at, str(job.id)))
+
+
+def _of_kinds(kinds: Collection[str] | None) -> sa.ColumnElement[bool]:
+    return sa.true() if kinds is None else jobs.c.kind.in_(list(kinds))
+
+
+def _lease_expired() -> sa.ColumnElement[bool]:
+    return sa.and_(jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < sa.func.now())
+
+
+def _history_entry(error: sa.ColumnElement[Any] | str) -> sa.ColumnElement[Any]:
+    entry = sa.func.jsonb_build_object(
+        "attempt",
+        jobs.c.attempts,
+        "worker",
+        jobs.c.locked_by,
+        "at",
+        sa.func.now(),
+        "error",
+        error,
+    )
+    return jobs.c.errors.op("||")(sa.func.jsonb_build_array(entry))
+
+
+def _lease_expiry_message() -> sa.ColumnElement[str]:
+    return sa.func.concat(
+        "lease of worker ", jobs.c.locked_by, " expired during attempt ", jobs.c.attempts
+    )
+
+
+def _bury_exhausted_statement(kinds: Collection[str] | None) -> sa.Executable:
+    """Send jobs whose lease expired on their last attempt to ``dead``.
+
+    A job that kills its worker every time must end in the dead letter, not retry for ever.
+    """
+    exhausted = (
+        sa.select(jobs.c.id)
+        .where(_lease_expired(), jobs.c.attempts >= jobs.c.max_attempts, _of_kinds(kinds))
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id.in_(exhausted.scalar_subquery()))
+        .values(
+            state=JobState.DEAD.value,
+            lease_expires_at=None,
+            finished_at=sa.func.now(),
+            last_error=_lease_expiry_message(),
+            errors=_history_entry(_lease_expiry_message()),
+        )
+    )
+
+
+def _claim_statement(
+    worker_id: str, kinds: Collection[str] | None, limit: int, lease: timedelta
+) -> sa.Executable:
+    expired = (
+        sa.select(jobs.c.id)
+        .where(_lease_expired(), jobs.c.attempts < jobs.c.max_attempts, _of_kinds(kinds))
+        .order_by(jobs.c.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("expired")
+    )
+    runnable = (
+        sa.select(jobs.c.id)
+        .where(
+            jobs.c.state == JobState.QUEUED.value, jobs.c.run_at <= sa.func.now(), _of_kinds(kinds)
+        )
+        .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("runnable")
+    )
+    candidates = sa.union_all(sa.select(expired.c.id), sa.select(runnable.c.id)).subquery()
+    picked = sa.select(candidates.c.id).limit(limit)
+    was_running = jobs.c.state == JobState.RUNNING.value
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id.in_(picked.scalar_subquery()))
+        .values(
+            state=JobState.RUNNING.value,
+            attempts=jobs.c.attempts + 1,
+            locked_by=worker_id,
+            lease_expires_at=_now_plus(lease),
+            started_at=sa.func.now(),
+            last_error=sa.case((was_running, _lease_expiry_message()), else_=jobs.c.last_error),
+            errors=sa.case(
+                (was_running, _history_entry(_lease_expiry_message())), else_=jobs.c.errors
+            ),
+        )
+        .returning(*jobs.c)
+    )
+
+
+# --- acknowledging (fenced) ---------------------------------------------------------------
+
+
+def _fence(job: Job) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        jobs.c.id == job.id,
+        jobs.c.locked_by == job.locked_by,
+        jobs.c.attempts == job.attempts,
+        jobs.c.state == JobState.RUNNING.value,
+    )
+
+
+def _fenced_update(conn: Connection, job: Job, action: str, values: Mapping[str, Any]) -> Job:
+    statement = sa.update(jobs).where(_fence(job)).values(**values).returning(*jobs.c)
+    row = conn.execute(statement).one_or_none()
+    if row is None:
+        raise LeaseLost(
+            f"job {job.id}: attempt {job.attempts} of worker {job.locked_by} no longer holds "
+            f"the lease; {action} changed nothing"
+        )
+    return _job(row)
+
+
+def complete(target: Executor, job: Job) -> Job:
+    """Mark ``job`` done; :class:`~dms.errors.LeaseLost` if this claim no longer holds it."""
+    values = {
+        "state": JobState.DONE.value,
+        "lease_expires_at": None,
+        "finished_at": sa.func.now(),
+    }
+    return _fenced_update(_conn(target), job, "complete", values)
+
+
+def heartbeat(
+    target: Executor, job: Job, *, lease: timedelta = timedelta(seconds=LEASE_SECONDS)
+) -> Job:
+    """Extend the lease of ``job`` to ``lease`` from now; :class:`~dms.errors.LeaseLost` if lost."""
+    if lease <= timedelta(0):
+        raise ValidationError(f"lease must be positive, not {lease}")
+    return _fenced_update(_conn(target), job, "heartbeat", {"lease_expires_at": _now_plus(lease)})
+
+
+def release(target: Executor, job: Job) -> Job:
+    """Put ``job`` back to ``queued`` without counting the attempt (for a worker shutting down)."""
+    values = {
+        "state": JobState.QUEUED.value,
+        "attempts": jobs.c.attempts - 1,
+        "lease_expires_at": None,
+    }
+    return _fenced_update(_conn(target), job, "release", values)
+
+
+def error_text(error: str | BaseException) -> str:
+    """The text recorded for ``error``: a traceback for an exception.
+
+    At most :data:`MAX_ERROR_CHARS` characters: the end, where the exception and its frames are.
+    """
+    if isinstance(error, BaseException):
+        error = "".join(traceback.format_exception(error)).rstrip()
+    return error if len(error) <= MAX_ERROR_CHARS else "..." + error[-MAX_ERROR_CHARS:]
+
+
+def _summary(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1][: _MAX_NAME_CHARS * 5] if lines else ""
+
+
+def fail(
+    target: Executor,
+    job: Job,
+    error: str | BaseException,
+    *,
+    backoff: Backoff | None = None,
+    retry: bool = True,
+) -> Job:
+    """Record a failed attempt of ``job``: retry later, or ``dead`` after its last attempt.
+
+    The retry waits by the job's own backoff policy, else ``backoff`` (the kind's), else
+    :data:`~dms.jobs.backoff.DEFAULT_BACKOFF`, with n = the attempt that failed. ``retry=False``
+    sends the job to ``dead`` at once (an error no retry can fix). The error (a traceback for an
+    exception) becomes ``last_error``; its last line is appended to ``errors``.
+    """
+    text = error_text(error)
+    policy = job.backoff or backoff or DEFAULT_BACKOFF
+    delay = policy.delay(max(job.attempts, 1))
+    exhausted = (jobs.c.attempts >= jobs.c.max_attempts) | sa.literal(not retry)
+    values = {
+        "state": sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
+        "run_at": sa.case((exhausted, jobs.c.run_at), else_=_now_plus(delay)),
+        "finished_at": sa.case((exhausted, sa.func.now()), else_=None),
+        "lease_expires_at": None,
+        "last_error": text,
+        "errors": _history_entry(_summary(text)),
+    }
+    return _fenced_update(_conn(target), job, "fail", values)
+
+
+# --- dead letter --------------------------------------------------------------------------
+
+
+def _requeued_values() -> dict[str, Any]:
+    return {
+        "state": JobState.QUEUED.value,
+        "attempts": 0,
+        "run_at": sa.func.now(),
+        "locked_by": None,
+        "finished_at": None,
+    }
+
+
+def requeue_dead_letter(target: Executor, job_id: uuid.UUID) -> Job:
+    """Put dead job ``job_id`` back to ``queued`` with attempts reset; its error history stays.
+
+    Raises :class:`~dms.errors.NotFound` if there is no such job in the dead letter.
+    """
+    statement = (
+        sa.update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == JobState.DEAD.value)
+        .values(**_requeued_values())
+        .returning(*jobs.c)
+    )
+    row = _conn(target).execute(statement).one_or_none()
+    if row is None:
+        raise NotFound(f"job {job_id} is not in the dead letter")
+    return _job(row)
+
+
+def _dead_filter(
+    kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.ColumnElement[bool]:
+    clauses = [jobs.c.state == JobState.DEAD.value]
+    if kind is not None:
+        clauses.append(jobs.c.kind == kind)
+    if tenant is not None:
+        clauses.append(jobs.c.tenant == tenant)
+    if older_than is not None:
+        clauses.append(jobs.c.finished_at < sa.func.now() - sa.literal(older_than, sa.Interval))
+    return sa.and_(*clauses)
+
+
+def requeue_dead_letters(
+    target: Executor,
+    *,
+    kind: str | None = None,
+    tenant: str | None = None,
+    older_than: timedelta | None = None,
+) -> list[Job]:
+    """Requeue every dead job matching all given filters (none: all); return the requeued jobs.
+
+    ``older_than``: only jobs that died at least that long ago.
+    """
+    statement = (
+        sa.update(jobs)
+        .where(_dead_filter(kind, tenant, older_than))
+        .values(**_requeued_values())
+        .returning(*jobs.c)
+    )
+    return [_job(row) for row in _conn(target).execute(statement)]
+
+
+def dead_letter(
+    target: Executor,
+    *,
+    kind: str | None = None,
+    tenant: str | None = None,
+    older_than: timedelta | None = None,
+    limit: int = 100,
+) -> list[Job]:
+    """Dead jobs matching all given filters, the most recently dead first."""
+    statement = (
+        sa.select(*jobs.c)
+        .where(_dead_filter(kind, tenant, older_than))
+        .order_by(jobs.c.finished_at.desc(), jobs.c.id)
+        .limit(limit)
+    )
+    return [_job(row) for row in _conn(target).execute(statement)]
+
+
+# --- inspection and housekeeping ----------------------------------------------------------
+
+
+def get(target: Executor, job_id: uuid.UUID) -> Job:
+    """The job ``job_id``; :class:`~dms.errors.NotFound` if it does not exist (or was pruned)."""
+    row = _conn(target).execute(sa.select(*jobs.c).where(jobs.c.id == job_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return _job(row)
+
+
+def stats(target: Executor, *, tenant: str | None = None, kind: str | None = None) -> QueueStats:
+    """Counts by tenant, kind and state, and the wait of the oldest runnable queued job."""
+    conn = _conn(target)
+    scope = sa.and_(
+        sa.true() if tenant is None else jobs.c.tenant == tenant,
+        sa.true() if kind is None else jobs.c.kind == kind,
+    )
+    counts = conn.execute(
+        sa.select(jobs.c.tenant, jobs.c.kind, jobs.c.state, sa.func.count())
+        .where(scope)
+        .group_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+        .order_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+    )
+    oldest = conn.scalar(
+        sa.select(sa.type_coerce(sa.func.now() - sa.func.min(jobs.c.run_at), sa.Interval)).where(
+            scope, jobs.c.state == JobState.QUEUED.value, jobs.c.run_at <= sa.func.now()
+        )
+    )
+    return QueueStats(
+        counts=tuple(
+            StateCount(tenant=t, kind=k, state=JobState(s), count=n) for t, k, s, n in counts
+        ),
+        oldest_queued_age=oldest,
+    )
+
+
+def prune(
+    target: Executor,
+    *,
+    older_than: timedelta = timedelta(days=JOB_RETENTION_DAYS),
+    include_dead: bool = False,
+) -> PruneResult:
+    """Delete old finished jobs and expired idempotency keys; return how many of each went.
+
+    Jobs: ``done`` (and ``dead`` with ``include_dead``) that finished over ``older_than`` ago.
+    Keys: those past the retention given when they were enqueued.
+    """
+    conn = _conn(target)
+    states = [JobState.DONE.value, *([JobState.DEAD.value] if include_dead else [])]
+    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
+    pruned_jobs = conn.execute(
+        sa.delete(jobs).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+    ).rowcount
+    pruned_keys = conn.execute(
+        sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
+    ).rowcount
+    return PruneResult(jobs=pruned_jobs, idempotency_keys=pruned_keys)
+
+
+def _job(row: Row[Any]) -> Job:
+    values = row._mapping
+    return Job(
+        id=values["id"],
+        tenant=values["tenant"],
+        kind=values["kind"],
+        payload=values["payload"],
+        priority=values["priority"],
+        state=JobState(values["state"]),
+        attempts=values["attempts"],
+        max_attempts=values["max_attempts"],
+        run_at=values["run_at"],
+        locked_by=values["locked_by"],
+        lease_expires_at=values["lease_expires_at"],
+        last_error=values["last_error"],
+        errors=tuple(values["errors"]),
+        backoff=Backoff.from_json(values["backoff"]),
+        idempotency_key=values["idempotency_key"],
+        created_at=values["created_at"],
+        started_at=values["started_at"],
+        finished_at=values["finished_at"],
+    )

@@ -1,0 +1,115 @@
+"""Tables of the job queue, on the shared ``dms`` schema's ``MetaData``.
+
+Both tables carry an explicit schema (``dms``, the MetaData's default), so a connection routed to
+a tenant with ``schema_translate_map={None: ...}`` leaves them alone: the queue is one table for
+the whole fleet, and a job names its tenant in a column.
+
+Only runnable rows are in the dequeue path: ``ix_processing_jobs_dequeue`` holds ``queued``
+rows only and ``ix_processing_jobs_lease`` holds ``running`` rows only, so finished jobs, however
+many, never slow a claim down. The table is small and hot (every job is inserted, updated two or
+three times and deleted by ``prune``), so autovacuum is told to visit it far more often than the
+default 20 % of dead rows would.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+from dms.schema.shared import metadata
+
+#: Storage parameters of ``processing_jobs``: vacuum after 1 % of rows changed (plus a floor),
+#: analyze after 2 %, so that dead tuples of a busy queue do not pile up in its indexes.
+JOBS_AUTOVACUUM = {
+    "autovacuum_vacuum_scale_factor": 0.01,
+    "autovacuum_vacuum_threshold": 200,
+    "autovacuum_analyze_scale_factor": 0.02,
+}
+
+#: States a job row can be in; the transitions are drawn in ``docs/jobs.md``.
+JOB_STATES = ("queued", "running", "done", "dead")
+
+_TIMESTAMP = sa.DateTime(timezone=True)
+
+processing_jobs = sa.Table(
+    "processing_jobs",
+    metadata,
+    sa.Column("id", sa.Uuid, primary_key=True, server_default=sa.func.gen_random_uuid()),
+    sa.Column(
+        "tenant",
+        sa.Text,
+        sa.ForeignKey("dms.tenants.slug", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("state", sa.Text, nullable=False, server_default="queued"),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("run_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.Column("locked_by", sa.Text),
+    sa.Column("lease_expires_at", _TIMESTAMP),
+    sa.Column("last_error", sa.Text),
+    sa.Column("errors", JSONB, nullable=False, server_default=sa.text("'[]'::jsonb")),
+    sa.Column("backoff", JSONB),
+    sa.Column("idempotency_key", sa.Text),
+    sa.Column("created_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.Column("started_at", _TIMESTAMP),
+    sa.Column("finished_at", _TIMESTAMP),
+    sa.CheckConstraint("state IN ('queued', 'running', 'done', 'dead')", name="state_known"),
+    sa.CheckConstraint("btrim(kind) <> '' AND length(kind) <= 200", name="kind_valid"),
+    sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts_valid"),
+    sa.CheckConstraint(
+        "(state = 'running') = (lease_expires_at IS NOT NULL) "
+        "AND (state <> 'running' OR locked_by IS NOT NULL)",
+        name="lease_only_when_running",
+    ),
+    sa.CheckConstraint(
+        "(state IN ('done', 'dead')) = (finished_at IS NOT NULL)",
+        name="finished_when_terminal",
+    ),
+    sa.CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_is_array"),
+    sa.Index(
+        "ix_processing_jobs_dequeue",
+        "priority",
+        "run_at",
+        "id",
+        postgresql_where=sa.text("state = 'queued'"),
+    ),
+    sa.Index(
+        "ix_processing_jobs_lease",
+        "lease_expires_at",
+        postgresql_where=sa.text("state = 'running'"),
+    ),
+    sa.Index(
+        "ix_processing_jobs_finished",
+        "finished_at",
+        postgresql_where=sa.text("state IN ('done', 'dead')"),
+    ),
+    sa.Index("ix_processing_jobs_tenant", "tenant"),
+    postgresql_with=JOBS_AUTOVACUUM,
+)
+"""One row per job; see :class:`dms.jobs.Job` for the meaning of each column."""
+
+job_idempotency_keys = sa.Table(
+    "job_idempotency_keys",
+    metadata,
+    sa.Column(
+        "tenant",
+        sa.Text,
+        sa.ForeignKey("dms.tenants.slug", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("idempotency_key", sa.Text, primary_key=True),
+    # No foreign key to the job: the ledger outlives pruned jobs on purpose.
+    sa.Column("job_id", sa.Uuid, nullable=False),
+    sa.Column("created_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.Column("expires_at", _TIMESTAMP, nullable=False),
+    sa.CheckConstraint(
+        "btrim(idempotency_key) <> '' AND length(idempotency_key) <= 200", name="key_valid"
+    ),
+    sa.Index("ix_job_idempotency_keys_expires_at", "expires_at"),
+)
+"""The idempotency ledger: ``(tenant, kind, key) -> job_id``, kept until ``expires_at``."""

@@ -1,0 +1,85 @@
+"""Fixtures of the job queue tests: a kind of their own, a table for handlers' effects.
+
+Other tests may share the database: every assertion is filtered by the test's own kind.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dms import tenancy
+from dms.jobs.tables import processing_jobs
+
+#: What handlers of the tests write, one row per run that committed; in the tenant's schema.
+effects_metadata = sa.MetaData()
+job_effects = sa.Table(
+    "job_effects",
+    effects_metadata,
+    sa.Column("job_id", sa.Uuid, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker", sa.Text, nullable=False),
+)
+
+
+@pytest.fixture
+def kind() -> str:
+    """A job kind that no other test uses."""
+    return f"test.{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def effects(engine: Engine, tenant: str) -> str:
+    """Create ``job_effects`` in ``tenant``'s schema (dropped with the tenant); return the slug."""
+    with engine.begin() as conn:
+        effects_metadata.create_all(tenancy.route(conn, tenant))
+    return tenant
+
+
+def count_effects(engine: Engine, tenant: str, job_id: uuid.UUID | None = None) -> int:
+    """How many handler runs of ``job_id`` (or of any job) committed in ``tenant``."""
+    query = sa.select(sa.func.count()).select_from(job_effects)
+    if job_id is not None:
+        query = query.where(job_effects.c.job_id == job_id)
+    with engine.connect() as conn:
+        return int(tenancy.route(conn, tenant).scalar(query) or 0)
+
+
+def count_jobs(conn: Connection, kind: str, state: str | None = None) -> int:
+    """Jobs of ``kind`` (in ``state``)."""
+    query = sa.select(sa.func.count()).where(processing_jobs.c.kind == kind)
+    if state is not None:
+        query = query.where(processing_jobs.c.state == state)
+    return int(conn.scalar(query) or 0)
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float = 20.0, every: float = 0.05) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(every)
+
+
+@pytest.fixture
+def fresh_engine(engine: Engine) -> Iterator[Callable[..., Engine]]:
+    """Build extra engines on the test database (own pools, own application_name); disposed."""
+    made: list[Engine] = []
+
+    def make(application_name: str | None = None, **kwargs: object) -> Engine:
+        url = engine.url
+        if application_name is not None:
+            url = url.update_query_dict({"application_name": application_name})
+        new = sa.create_engine(url, **kwargs)
+        made.append(new)
+        return new
+
+    yield make
+    for e in made:
+        e.dispose()

@@ -1,0 +1,229 @@
+"""Enqueue: transactional, idempotent (also when racing and after the job finished), validated."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import jobs
+from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
+from dms.jobs.queue import DEFAULT_MAX_ATTEMPTS
+from dms.jobs.tables import job_idempotency_keys, processing_jobs
+from dms.uow import UnitOfWork
+from tests.jobs.conftest import count_jobs
+
+
+def test_enqueue_returns_a_queued_job(engine: Engine, tenant: str, kind: str) -> None:
+    with engine.begin() as conn:
+        job_id, created = jobs.enqueue(conn, kind, {"n": 1}, tenant=tenant, priority=-3)
+        job = jobs.get(conn, job_id)
+    assert created
+    assert job.state is jobs.JobState.QUEUED
+    assert (job.tenant, job.kind, job.payload, job.priority) == (tenant, kind, {"n": 1}, -3)
+    assert (job.attempts, job.max_attempts) == (0, DEFAULT_MAX_ATTEMPTS)
+    assert job.errors == ()
+
+
+def test_enqueue_through_a_unit_of_work_rolls_back_with_it(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        jobs.enqueue(uow, kind, {}, tenant=tenant)  # never committed
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        kept, _ = jobs.enqueue(uow, kind, {}, tenant=tenant)
+        uow.commit()
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 1
+        assert jobs.get(conn, kept).kind == kind
+
+
+def test_second_enqueue_with_a_key_returns_the_original(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with engine.begin() as conn:
+        first = jobs.enqueue(conn, kind, {"v": 1}, tenant=tenant, idempotency_key="doc-1")
+    with engine.begin() as conn:
+        second = jobs.enqueue(conn, kind, {"v": 2}, tenant=tenant, idempotency_key="doc-1")
+        other = jobs.enqueue(conn, kind, {"v": 3}, tenant=tenant, idempotency_key="doc-2")
+        assert jobs.get(conn, first.job_id).payload == {"v": 1}
+        assert count_jobs(conn, kind) == 2
+    assert first.created
+    assert other.created
+    assert second == jobs.Enqueued(first.job_id, created=False)
+
+
+def _race(engine: Engine, tenant: str, kind: str, threads: int) -> list[jobs.Enqueued]:
+    """Every thread opens its transaction, waits for all the others, then enqueues."""
+    barrier = threading.Barrier(threads)
+    results: list[jobs.Enqueued] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def enqueue() -> None:
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.select(1))
+                barrier.wait(timeout=30)
+                result = jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="same")
+            with lock:
+                results.append(result)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=enqueue) for _ in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=60)
+    assert not errors
+    return results
+
+
+def test_sixteen_threads_racing_on_one_key_make_one_job(
+    fresh_engine: Any, tenant: str, kind: str
+) -> None:
+    engine: Engine = fresh_engine(poolclass=sa.NullPool)
+    results = _race(engine, tenant, kind, 16)
+    assert len(results) == 16
+    assert len({r.job_id for r in results}) == 1
+    assert sum(r.created for r in results) == 1
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 1
+    # Again once the job has finished: the ledger, not the job row, remembers the key.
+    job_id = results[0].job_id
+    with engine.begin() as conn:
+        (claimed,) = jobs.dequeue(conn, "w", kinds=[kind])
+        jobs.complete(conn, claimed)
+    again = _race(engine, tenant, kind, 16)
+    assert {r.job_id for r in again} == {job_id}
+    assert not any(r.created for r in again)
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 1
+
+
+def test_key_outlives_the_pruned_job_until_its_retention(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with engine.begin() as conn:
+        job_id, _ = jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="k")
+        (claimed,) = jobs.dequeue(conn, "w", kinds=[kind])
+        jobs.complete(conn, claimed)
+        conn.execute(
+            sa.update(processing_jobs)
+            .where(processing_jobs.c.id == job_id)
+            .values(finished_at=sa.func.now() - timedelta(days=30))
+        )
+        assert jobs.prune(conn, older_than=timedelta(days=1)).jobs >= 1
+        assert jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="k") == (job_id, False)
+        # Once the key expires, prune forgets it and the key can be used again.
+        conn.execute(
+            sa.update(job_idempotency_keys)
+            .where(job_idempotency_keys.c.job_id == job_id)
+            .values(expires_at=sa.func.now() - timedelta(seconds=1))
+        )
+        assert jobs.prune(conn).idempotency_keys >= 1
+        new_id, created = jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="k")
+    assert created
+    assert new_id != job_id
+
+
+def test_enqueue_many_inserts_in_one_statement(engine: Engine, tenant: str, kind: str) -> None:
+    with engine.begin() as conn:
+        existing, _ = jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="old")
+    batch = [
+        jobs.NewJob(kind=kind, payload={"i": i}, tenant=tenant, idempotency_key=key)
+        for i, key in enumerate(["a", None, "old", "a", None, "b"])
+    ]
+    inserts: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "INSERT" in statement:
+            inserts.append(statement)
+
+    with engine.begin() as conn:
+        sa.event.listen(conn, "before_cursor_execute", record)
+        results = jobs.enqueue_many(conn, batch)
+        sa.event.remove(conn, "before_cursor_execute", record)
+        assert count_jobs(conn, kind) == 5
+    assert len(inserts) == 1
+    assert [r.created for r in results] == [True, True, False, False, True, True]
+    assert results[2].job_id == existing
+    assert results[3].job_id == results[0].job_id
+    assert len({r.job_id for r in results}) == 5
+
+
+def test_run_at_and_backoff_are_stored(engine: Engine, tenant: str, kind: str) -> None:
+    later = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    policy = jobs.Backoff(initial_seconds=1, step_seconds=2, maximum_seconds=3)
+    with engine.begin() as conn:
+        job_id, _ = jobs.enqueue(conn, kind, [], tenant=tenant, run_at=later, backoff=policy)
+        job = jobs.get(conn, job_id)
+        assert jobs.dequeue(conn, "w", kinds=[kind]) == []  # not before run_at
+    assert job.run_at == later
+    assert job.backoff == policy
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"payload": {"when": object()}}, ValidationError),
+        ({"payload": {"x": float("nan")}}, ValidationError),
+        ({"payload": "nul \x00 byte"}, ValidationError),
+        ({"tenant": "nobody_here"}, TenantNotFound),
+        ({"tenant": "Not A Slug"}, InvalidTenantName),
+        ({"max_attempts": -1}, ValidationError),
+        ({"max_attempts": 0}, ValidationError),
+        ({"kind": ""}, ValidationError),
+        ({"kind": "   "}, ValidationError),
+        ({"priority": 2**40}, ValidationError),
+        ({"idempotency_key": ""}, ValidationError),
+        ({"run_at": datetime(2030, 1, 1)}, ValidationError),  # naive on purpose
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(
+    engine: Engine, tenant: str, kind: str, arguments: dict[str, Any], error: type[Exception]
+) -> None:
+    values: dict[str, Any] = {"kind": kind, "payload": {}, "tenant": tenant, **arguments}
+    with engine.begin() as conn:
+        with pytest.raises(error):
+            jobs.enqueue(conn, values.pop("kind"), values.pop("payload"), **values)
+        assert count_jobs(conn, kind) == 0
+        assert count_jobs(conn, arguments.get("kind", kind)) == 0
+        keys = conn.scalar(sa.select(sa.func.count()).where(job_idempotency_keys.c.kind == kind))
+        assert keys == 0
+
+
+def test_one_bad_job_refuses_the_whole_batch(engine: Engine, tenant: str, kind: str) -> None:
+    with engine.begin() as conn:
+        good = jobs.NewJob(kind=kind, payload={}, tenant=tenant)
+        with pytest.raises(TenantNotFound):
+            jobs.enqueue_many(conn, [good, jobs.NewJob(kind=kind, payload={}, tenant="ghost")])
+        assert count_jobs(conn, kind) == 0
+
+
+def test_stats_count_by_tenant_kind_and_state(engine: Engine, tenant: str, kind: str) -> None:
+    with engine.begin() as conn:
+        for _ in range(3):
+            jobs.enqueue(conn, kind, {}, tenant=tenant, max_attempts=1)
+        (claimed,) = jobs.dequeue(conn, "w", kinds=[kind])
+        jobs.fail(conn, claimed, "broken")
+        stats = jobs.stats(conn, kind=kind)
+    assert {(c.tenant, c.kind, c.state, c.count) for c in stats.counts} == {
+        (tenant, kind, jobs.JobState.QUEUED, 2),
+        (tenant, kind, jobs.JobState.DEAD, 1),
+    }
+    assert stats.dead == 1
+    assert stats.total() == 3
+    assert stats.oldest_queued_age is not None
+    assert stats.oldest_queued_age >= timedelta(0)
+
+
+def test_get_of_an_unknown_job_raises_not_found(engine: Engine) -> None:
+    with engine.connect() as conn, pytest.raises(NotFound):
+        jobs.get(conn, uuid.uuid4())

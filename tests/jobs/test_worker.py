@@ -1,0 +1,198 @@
+"""The worker: handlers in a unit of work, failures, wake-up, shutdown, dropped connections."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import jobs
+from dms.errors import ValidationError
+from dms.uow import UnitOfWork
+from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
+
+FAST_RETRY = jobs.Backoff(initial_seconds=0, step_seconds=0, maximum_seconds=0)
+
+
+def record_effect(uow: UnitOfWork, job: jobs.Job) -> None:
+    """A handler that writes one row through its unit of work."""
+    uow.connection.execute(
+        sa.insert(job_effects).values(
+            job_id=job.id, attempt=job.attempts, worker=job.locked_by or ""
+        )
+    )
+
+
+def _enqueue(
+    engine: Engine, kind: str, tenant: str, count: int = 1, **options: object
+) -> list[uuid.UUID]:
+    with engine.begin() as conn:
+        batch = [
+            jobs.NewJob(kind=kind, payload={"i": i}, tenant=tenant, **options)  # type: ignore[arg-type]
+            for i in range(count)
+        ]
+        return [r.job_id for r in jobs.enqueue_many(conn, batch)]
+
+
+def _state_of(engine: Engine, job_id: uuid.UUID) -> jobs.Job:
+    with engine.connect() as conn:
+        return jobs.get(conn, job_id)
+
+
+def _all_done(engine: Engine, kind: str, total: int) -> Callable[[], bool]:
+    def check() -> bool:
+        with engine.connect() as conn:
+            return count_jobs(conn, kind, "done") == total
+
+    return check
+
+
+def test_worker_commits_the_handlers_writes_with_the_completion(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    ids = _enqueue(engine, kind, effects, count=20)
+    with jobs.Worker(engine, {kind: record_effect}, concurrency=3, poll_seconds=0.2):
+        wait_for(_all_done(engine, kind, 20))
+    for job_id in ids:
+        assert count_effects(engine, effects, job_id) == 1
+        assert _state_of(engine, job_id).attempts == 1
+
+
+def test_a_failing_handler_is_retried_with_its_traceback_recorded(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    (job_id,) = _enqueue(engine, kind, effects, max_attempts=2)
+
+    def flaky(uow: UnitOfWork, job: jobs.Job) -> None:
+        record_effect(uow, job)  # rolled back with the failed attempt
+        if job.attempts == 1:
+            raise ValueError("document is locked")
+
+    worker = jobs.Worker(engine, {kind: flaky}, poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    with worker:
+        wait_for(_all_done(engine, kind, 1))
+    job = _state_of(engine, job_id)
+    assert job.attempts == 2
+    assert job.last_error is not None
+    assert job.last_error.startswith("Traceback")
+    assert job.last_error.endswith("ValueError: document is locked")
+    assert [e["error"] for e in job.errors] == ["ValueError: document is locked"]
+    assert count_effects(engine, effects, job_id) == 1
+
+
+def test_a_kind_without_handler_goes_dead_with_a_clear_error(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    unknown = f"{kind}.unknown"
+    (job_id,) = _enqueue(engine, unknown, tenant)
+    worker = jobs.Worker(engine, {kind: record_effect}, kinds=[kind, unknown], poll_seconds=0.1)
+    with worker:
+        wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
+    job = _state_of(engine, job_id)
+    assert job.attempts == 1
+    assert job.last_error == (
+        f"no handler for job kind {unknown!r} in this worker (handlers: {kind})"
+    )
+
+
+def test_bad_worker_settings_are_refused() -> None:
+    engine = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    with pytest.raises(ValidationError):
+        jobs.Worker(engine, {"k": record_effect}, concurrency=0)
+    with pytest.raises(ValidationError):
+        jobs.Worker(engine, {})
+    with pytest.raises(ValidationError):
+        jobs.Worker(engine, {"k": record_effect}, lease=timedelta(0))
+    engine.dispose()
+
+
+def test_notify_wakes_an_idle_worker_long_before_its_poll(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    worker = jobs.Worker(engine, {kind: record_effect}, poll_seconds=120)
+    with worker:
+        time.sleep(0.5)  # let the threads find the queue empty and go to sleep
+        (job_id,) = _enqueue(engine, kind, effects)
+        wait_for(_all_done(engine, kind, 1), timeout=30)
+    assert count_effects(engine, effects, job_id) == 1
+
+
+def test_polling_works_without_listen(engine: Engine, effects: str, kind: str) -> None:
+    with jobs.Worker(engine, {kind: record_effect}, poll_seconds=0.1, listen=False):
+        _enqueue(engine, kind, effects, count=3)
+        wait_for(_all_done(engine, kind, 3))
+
+
+def test_stop_finishes_short_jobs_and_releases_the_rest(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    release_slow = threading.Event()
+    slow_finished = threading.Event()
+
+    def handler(uow: UnitOfWork, job: jobs.Job) -> None:
+        if job.payload["i"] == 0:
+            release_slow.wait(timeout=30)
+            record_effect(uow, job)
+            slow_finished.set()
+        else:
+            time.sleep(0.3)
+            record_effect(uow, job)
+
+    slow, fast = _enqueue(engine, kind, effects, count=2)
+    worker = jobs.Worker(engine, {kind: handler}, concurrency=2, poll_seconds=0.1)
+    worker.start()
+    wait_for(lambda: len(worker.running_jobs) == 2)
+    worker.stop(grace_seconds=2.0)
+    released = _state_of(engine, slow)
+    assert (released.state, released.attempts) == (jobs.JobState.QUEUED, 0)
+    assert _state_of(engine, fast).state is jobs.JobState.DONE
+    release_slow.set()  # the overrunning handler finishes: its completion is fenced off
+    assert slow_finished.wait(timeout=10)
+    assert worker.join(timeout=10)
+    assert _state_of(engine, slow).state is jobs.JobState.QUEUED
+    assert count_effects(engine, effects, slow) == 0
+    assert count_effects(engine, effects, fast) == 1
+
+
+@pytest.mark.slow
+def test_a_worker_whose_connections_are_terminated_keeps_going(
+    engine: Engine, effects: str, kind: str, fresh_engine: Callable[..., Engine]
+) -> None:
+    app = f"dms-test-{uuid.uuid4().hex[:8]}"
+    worker_engine = fresh_engine(application_name=app, pool_pre_ping=True)
+    total = 60
+
+    def handler(uow: UnitOfWork, job: jobs.Job) -> None:
+        time.sleep(0.02)
+        record_effect(uow, job)
+
+    ids = _enqueue(engine, kind, effects, count=total)
+    terminate = (
+        sa.select(sa.func.pg_terminate_backend(sa.column("pid")))
+        .select_from(sa.table("pg_stat_activity", sa.column("pid"), sa.column("application_name")))
+        .where(sa.column("application_name") == app)
+    )
+    killed = 0
+    worker = jobs.Worker(
+        worker_engine, {kind: handler}, concurrency=2, poll_seconds=0.2, backoff={kind: FAST_RETRY}
+    )
+    with worker:
+        for _ in range(4):
+            time.sleep(0.3)
+            with engine.connect() as conn:
+                killed += len(conn.execute(terminate).all())
+        wait_for(_all_done(engine, kind, total), timeout=60)
+    assert killed > 0
+    for job_id in ids:
+        assert count_effects(engine, effects, job_id) == 1
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind, "done") == total
+        final = [jobs.get(conn, job_id) for job_id in ids]
+    # A lost connection is not the job's failure: nothing was recorded against any job.
+    assert [j.errors for j in final if j.errors] == []
