@@ -1,4 +1,4 @@
-"""The ``dms`` command: tenants, migrations, status, seed data and a demo.
+"""The ``dms`` command: tenants, migrations, status, seed data, a demo, workers and the queue.
 
 Every user error prints one line on stderr and exits with status 1 (2 for bad arguments);
 a traceback means a bug.
@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
-from dms import migrations, tenancy
+from dms import jobs, migrations, tenancy
+from dms.config import Settings
 from dms.db import create_engine
 from dms.errors import DmsError
+from dms.jobs import Job, Worker
+from dms.processing import handlers
+from dms.storage import LocalBlobStore
 from dms.users import create_users_stand_in
 
 EXIT_OK = 0
@@ -97,6 +104,138 @@ def _demo(engine: Engine, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _blob_store(args: argparse.Namespace) -> LocalBlobStore:
+    root = Path(args.blobs) if args.blobs else Settings.from_env().data_dir / "blobs"
+    return LocalBlobStore(root)
+
+
+def _worker(engine: Engine, args: argparse.Namespace) -> int:
+    worker = Worker(
+        engine,
+        handlers(_blob_store(args)),
+        concurrency=args.concurrency,
+        kinds=args.kinds or None,
+        lease=timedelta(seconds=args.lease),
+    )
+    print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
+    worker.run_until_stopped()
+    print("worker stopped")
+    return EXIT_OK
+
+
+def _jobs_stats(engine: Engine, args: argparse.Namespace) -> int:
+    with engine.connect() as conn:
+        stats = jobs.stats(conn, tenant=args.tenant, kind=args.kind)
+    for count in stats.counts:
+        print(f"{count.tenant}\t{count.kind}\t{count.state.value}\t{count.count}")
+    age = stats.oldest_queued_age
+    print(f"total {stats.total()}; dead {stats.dead}; oldest queued waiting {_age(age)}")
+    return EXIT_OK
+
+
+def _age(age: timedelta | None) -> str:
+    return "-" if age is None else f"{age.total_seconds():.1f} s"
+
+
+def _print_jobs(found: list[Job]) -> None:
+    for job in found:
+        error = (job.last_error or "").splitlines()[-1:] or [""]
+        print(f"{job.id}\t{job.tenant}\t{job.kind}\t{job.state.value}\t{job.attempts}\t{error[0]}")
+
+
+def _jobs_dead(engine: Engine, args: argparse.Namespace) -> int:
+    with engine.connect() as conn:
+        found = jobs.dead_letter(
+            conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than, limit=args.limit
+        )
+    _print_jobs(found)
+    print(f"{len(found)} dead job(s) shown")
+    return EXIT_OK
+
+
+def _jobs_requeue(engine: Engine, args: argparse.Namespace) -> int:
+    if (args.job_id is None) == (not args.dead):
+        print("error: give a job id, or --dead with optional filters", file=sys.stderr)
+        return EXIT_ERROR
+    with engine.begin() as conn:
+        if args.job_id is not None:
+            moved = [jobs.requeue_dead_letter(conn, args.job_id)]
+        else:
+            moved = jobs.requeue_dead_letters(
+                conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than
+            )
+    _print_jobs(moved)
+    print(f"requeued {len(moved)} job(s)")
+    return EXIT_OK
+
+
+def _jobs_prune(engine: Engine, args: argparse.Namespace) -> int:
+    with engine.begin() as conn:
+        result = jobs.prune(conn, older_than=args.older_than, include_dead=args.include_dead)
+    print(f"pruned {result.jobs} job(s) and {result.idempotency_keys} expired idempotency key(s)")
+    return EXIT_OK
+
+
+def duration(text: str) -> timedelta:
+    """Parse ``90``, ``90s``, ``15m``, ``12h`` or ``7d`` (an argparse type)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (try 90s, 15m, 12h, 7d)"
+        ) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _job_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kind", help="only jobs of this kind")
+    parser.add_argument("--tenant", help="only jobs of this tenant")
+    parser.add_argument("--older-than", type=duration, help="only jobs dead for this long")
+
+
+def _add_job_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = commands.add_parser("worker", help="process jobs until SIGTERM or Ctrl-C")
+    worker.add_argument("--concurrency", type=_positive, default=1, help="threads (default 1)")
+    worker.add_argument("--kinds", nargs="+", help="only these job kinds")
+    worker.add_argument("--lease", type=_positive, default=30, help="lease in seconds")
+    worker.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    worker.set_defaults(run=_worker)
+
+    job_parser = commands.add_parser("jobs", help="inspect and repair the job queue")
+    job_commands = job_parser.add_subparsers(dest="jobs_command", required=True)
+    stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
+    stats.add_argument("--kind")
+    stats.add_argument("--tenant")
+    stats.set_defaults(run=_jobs_stats)
+    dead = job_commands.add_parser("dead", help="list dead jobs, most recent first")
+    _job_filters(dead)
+    dead.add_argument("--limit", type=_positive, default=100)
+    dead.set_defaults(run=_jobs_dead)
+    requeue = job_commands.add_parser("requeue", help="put dead jobs back in the queue")
+    requeue.add_argument("job_id", nargs="?", type=uuid.UUID, help="one dead job")
+    requeue.add_argument("--dead", action="store_true", help="every dead job matching filters")
+    _job_filters(requeue)
+    requeue.set_defaults(run=_jobs_requeue)
+    prune = job_commands.add_parser("prune", help="delete old finished jobs and expired keys")
+    prune.add_argument("--older-than", type=duration, default=timedelta(days=7))
+    prune.add_argument("--include-dead", action="store_true", help="dead jobs too")
+    prune.set_defaults(run=_jobs_prune)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dms``."""
     parser = argparse.ArgumentParser(prog="dms", description=__doc__)
@@ -134,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("seed", help="fill the database with development data").set_defaults(
         run=_seed
     )
-    commands.add_parser("demo", help="migrate, seed and summarise").set_defaults(run=_demo)
+    commands.add_parser("demo", help="migrate, seed, process and summarise").set_defaults(run=_demo)
+    _add_job_commands(commands)
     return parser
 
 

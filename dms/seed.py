@@ -1,286 +1,239 @@
 """Development seed data and the ``dms demo`` walk-through.
 
 :func:`seed` fills a database with 2 users and 3 tenants, each with folders three levels deep,
-50 documents of 1 to 3 revisions, tags, and a metadata field of every type with values. Every
-id is derived from the names (UUID 5), inserts skip rows that exist, and revisions are added
-only to documents inserted by this run: seeding twice neither fails nor duplicates.
+50 documents of 1 to 3 revisions, tags, and a metadata field of every type with values. It goes
+through the same unit of work and use cases as an application, writes each revision's bytes to
+the blob store, and enqueues a ``revision.verify`` job for each revision in the same
+transaction. Each tenant is seeded in one transaction and skipped when it holds seed data
+already, so seeding twice neither fails nor duplicates.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
-from dms import migrations, tenancy
-from dms.errors import TenantExists
-from dms.schema import tenant as t
+from dms import jobs, migrations, tenancy
+from dms.config import Settings
+from dms.domain import (
+    Document,
+    DocumentQuery,
+    FieldType,
+    Folder,
+    MetadataField,
+    MetadataFilter,
+    Tag,
+)
+from dms.domain.search import MAX_PAGE_SIZE
+from dms.errors import NotFound, TenantExists
+from dms.jobs import JobState, Worker
+from dms.processing import (
+    INTEGRITY_FIELD,
+    define_processing_fields,
+    enqueue_verification,
+    handlers,
+)
+from dms.services import add_revision, create_document
+from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
 from dms.users import create_user
 
 SEED_TENANTS = ("acme", "globex", "initech")
 SEED_USERS = (("alice@example.org", "Alice Example"), ("bob@example.org", "Bob Example"))
 DOCUMENTS_PER_TENANT = 50
+DEMO_TIMEOUT_SECONDS = 120
 _TOP_FOLDERS = ("Contracts", "Finance", "Human Resources")
 _YEARS = ("2025", "2026")
 _QUARTERS = ("Q1", "Q2")
 _TAGS = ("urgent", "draft", "approved", "confidential", "archived")
-_MIME_TYPES = ("application/pdf", "text/plain", "image/png")
-_NAMESPACE = uuid.UUID("5d3c4a8e-7c1b-4f3e-9a51-0b6f1c2d3e4f")
-
-
-def _uid(*parts: str) -> uuid.UUID:
-    return uuid.uuid5(_NAMESPACE, "/".join(parts))
+_FIELDS = (
+    ("Client", FieldType.STRING, ()),
+    ("Summary", FieldType.TEXT, ()),
+    ("Pages", FieldType.INT, ()),
+    ("Amount", FieldType.DECIMAL, ()),
+    ("Signed on", FieldType.DATE, ()),
+    ("Signed", FieldType.BOOL, ()),
+    ("Source", FieldType.URL, ()),
+    ("Status", FieldType.SELECT, ("Open", "Pending", "Closed")),
+    ("Regions", FieldType.MULTI_SELECT, ("EU", "US", "APAC")),
+)
+_MIME_TYPES = ("text/plain", "application/pdf", "text/markdown")
 
 
 @dataclass(kw_only=True)
 class SeedReport:
-    """What one seed run inserted, per tenant."""
+    """What one seed run inserted, per tenant (empty for a tenant seeded before)."""
 
     inserted: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line per tenant."""
         lines = [
-            f"{slug}: " + ", ".join(f"{count} {name}" for name, count in counts.items())
+            f"{slug}: "
+            + (", ".join(f"{count} {name}" for name, count in counts.items()) or "seeded before")
             for slug, counts in self.inserted.items()
         ]
-        return "seeded (new rows):\n  " + "\n  ".join(lines)
+        return "seeded:\n  " + "\n  ".join(lines)
 
 
-def seed(engine: Engine) -> SeedReport:
-    """Insert the development data set; idempotent."""
+def seed(
+    engine: Engine, *, blobs: LocalBlobStore | None = None, settings: Settings | None = None
+) -> SeedReport:
+    """Insert the development data set, and enqueue the verification of every revision."""
+    settings = settings or Settings.from_env()
+    blobs = blobs or LocalBlobStore(settings.data_dir / "blobs")
     with engine.begin() as conn:
         users = [create_user(conn, email=email, display_name=name) for email, name in SEED_USERS]
     report = SeedReport()
-    for slug in SEED_TENANTS:
-        _ensure_tenant(engine, slug)
-        with engine.begin() as conn:
-            report.inserted[slug] = _seed_tenant(tenancy.route(conn, slug), slug, users)
+    for index, slug in enumerate(SEED_TENANTS):
+        with contextlib.suppress(TenantExists):
+            tenancy.create_tenant(engine, slug, settings=settings)
+        owner = users[index % len(users)]
+        with UnitOfWork(engine, tenant=slug, user_id=owner, settings=settings) as uow:
+            report.inserted[slug] = {} if _seeded(uow) else _seed_tenant(uow, slug, blobs)
+            uow.commit()
     return report
 
 
-def _ensure_tenant(engine: Engine, slug: str) -> None:
-    with contextlib.suppress(TenantExists):
-        tenancy.create_tenant(engine, slug)
+def _seeded(uow: UnitOfWork) -> bool:
+    try:
+        uow.metadata.get_field_by_name(_FIELDS[0][0])
+    except NotFound:
+        return False
+    return True
 
 
-def _insert_new(conn: Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """Multi-row insert that skips existing primary keys; returns the ids it inserted."""
-    if not rows:
-        return []
-    statement = insert(table).values(list(rows)).on_conflict_do_nothing()
-    if "id" not in table.c:
-        return list(conn.execute(statement.returning(*table.primary_key.columns)))
-    return list(conn.scalars(statement.returning(table.c.id)))
-
-
-def _seed_tenant(conn: Connection, slug: str, users: list[uuid.UUID]) -> dict[str, int]:
-    leaf_folders, folder_count = _seed_folders(conn, slug, users[0])
-    tags = [{"id": _uid(slug, "tag", name), "name": name, "created_by": users[0]} for name in _TAGS]
-    tag_count = len(_insert_new(conn, t.tags, tags))
-    fields, options, field_count = _seed_fields(conn, slug, users[0])
-    documents = [
-        {
-            "id": _uid(slug, "document", str(number)),
-            "title": f"Document {number:02d}",
-            "folder_id": leaf_folders[number % len(leaf_folders)],
-            "created_by": users[number % len(users)],
-        }
-        for number in range(DOCUMENTS_PER_TENANT)
+def _seed_tenant(uow: UnitOfWork, slug: str, blobs: LocalBlobStore) -> dict[str, int]:
+    leaves = _seed_folders(uow)
+    tags = [uow.tags.add(name=name) for name in _TAGS]
+    fields = [
+        uow.metadata.define_field(name=name, field_type=kind, options=options)
+        for name, kind, options in _FIELDS
     ]
-    new_documents = set(_insert_new(conn, t.documents, documents))
-    fresh = [doc for doc in documents if doc["id"] in new_documents]
-    revisions = _seed_revisions(conn, slug, fresh, users)
-    _insert_new(conn, t.document_tags, list(_document_tags(fresh, tags)))
-    _seed_values(conn, fresh, fields, options)
+    define_processing_fields(uow)
+    revisions = 0
+    for number in range(DOCUMENTS_PER_TENANT):
+        document = create_document(
+            uow,
+            title=f"Document {number:02d}",
+            folder_id=leaves[number % len(leaves)].id,
+            tag_ids=[tag.id for tag in _tags_of(number, tags)],
+            metadata=_values_of(number, fields),
+        )
+        revisions += _seed_revisions(uow, slug, document, number, blobs)
     return {
-        "folders": folder_count,
-        "documents": len(fresh),
+        "folders": len(_TOP_FOLDERS) * (1 + len(_YEARS) * (1 + len(_QUARTERS))),
+        "documents": DOCUMENTS_PER_TENANT,
         "revisions": revisions,
-        "tags": tag_count,
-        "metadata fields": field_count,
+        "tags": len(tags),
+        "metadata fields": len(fields),
     }
 
 
-def _seed_folders(conn: Connection, slug: str, user: uuid.UUID) -> tuple[list[uuid.UUID], int]:
-    levels: list[list[dict[str, Any]]] = [[], [], []]
-    for top in _TOP_FOLDERS:
-        levels[0].append({"id": _uid(slug, top), "name": top, "parent_id": None})
-        for year in _YEARS:
-            levels[1].append(
-                {"id": _uid(slug, top, year), "name": year, "parent_id": _uid(slug, top)}
-            )
-            for quarter in _QUARTERS:
-                levels[2].append(
-                    {
-                        "id": _uid(slug, top, year, quarter),
-                        "name": quarter,
-                        "parent_id": _uid(slug, top, year),
-                    }
-                )
-    # Parents first: the folder guard checks each new folder's ancestry.
-    inserted = sum(
-        len(_insert_new(conn, t.folders, [{**row, "created_by": user} for row in level]))
-        for level in levels
-    )
-    return [row["id"] for row in levels[2]], inserted
+def _seed_folders(uow: UnitOfWork) -> list[Folder]:
+    leaves = []
+    for top_name in _TOP_FOLDERS:
+        top = uow.folders.add(name=top_name)
+        for year_name in _YEARS:
+            year = uow.folders.add(name=year_name, parent_id=top.id)
+            leaves += [uow.folders.add(name=q, parent_id=year.id) for q in _QUARTERS]
+    return leaves
 
 
-_FIELDS = (
-    ("Client", "string"),
-    ("Summary", "text"),
-    ("Pages", "int"),
-    ("Amount", "decimal"),
-    ("Signed on", "date"),
-    ("Signed", "bool"),
-    ("Source", "url"),
-    ("Status", "select"),
-    ("Regions", "multi_select"),
-)
-_OPTIONS = {"Status": ("Open", "Pending", "Closed"), "Regions": ("EU", "US", "APAC")}
+def _tags_of(number: int, tags: list[Tag]) -> list[Tag]:
+    return tags[number % 2 : number % 2 + 1 + number % 3]
 
 
-def _seed_fields(
-    conn: Connection, slug: str, user: uuid.UUID
-) -> tuple[dict[str, uuid.UUID], dict[str, list[uuid.UUID]], int]:
-    fields = {name: _uid(slug, "field", name) for name, _ in _FIELDS}
-    rows = [
-        {"id": fields[name], "name": name, "field_type": kind, "created_by": user}
-        for name, kind in _FIELDS
-    ]
-    count = len(_insert_new(conn, t.metadata_fields, rows))
-    types = dict(_FIELDS)
-    options = {
-        name: [_uid(slug, "option", name, v) for v in values] for name, values in _OPTIONS.items()
+def _values_of(number: int, fields: list[MetadataField]) -> dict[uuid.UUID, object]:
+    by_name = {f.name: f.id for f in fields}
+    return {
+        by_name["Client"]: f"Client {number % 7}",
+        by_name["Summary"]: f"Summary of document {number}.",
+        by_name["Pages"]: 1 + number * 3,
+        by_name["Amount"]: Decimal(number * 125) / 10,
+        by_name["Signed on"]: dt.date(2025, 1, 1) + dt.timedelta(days=number * 7),
+        by_name["Signed"]: number % 2 == 0,
+        by_name["Source"]: f"https://example.org/source/{number}",
+        by_name["Status"]: ("Open", "Pending", "Closed")[number % 3],
+        by_name["Regions"]: ("EU", "US", "APAC")[: 1 + number % 3],
     }
-    option_rows = [
-        {
-            "id": option_id,
-            "field_id": fields[name],
-            "field_type": types[name],
-            "value": value,
-            "position": position,
-        }
-        for name, values in _OPTIONS.items()
-        for position, (value, option_id) in enumerate(zip(values, options[name], strict=True))
-    ]
-    _insert_new(conn, t.metadata_field_options, option_rows)
-    return fields, options, count
 
 
 def _seed_revisions(
-    conn: Connection, slug: str, documents: list[dict[str, Any]], users: list[uuid.UUID]
+    uow: UnitOfWork, slug: str, document: Document, number: int, blobs: LocalBlobStore
 ) -> int:
-    rows = []
-    for number, doc in enumerate(documents):
-        for revision in range(1, number % 3 + 2):
-            key = f"{slug}/{doc['id']}/{revision}"
-            rows.append(
-                {
-                    "id": _uid(key),
-                    "document_id": doc["id"],
-                    "revision_no": revision,
-                    "storage_key": f"blobs/{key}",
-                    "sha256": hashlib.sha256(key.encode()).hexdigest(),
-                    "size_bytes": 1000 * revision + number,
-                    "mime_type": _MIME_TYPES[number % len(_MIME_TYPES)],
-                    "uploaded_by": users[revision % len(users)],
-                }
-            )
-    inserted = _insert_new(conn, t.file_revisions, rows)
-    latest = {row["document_id"]: row["id"] for row in rows}  # rows are in revision order
-    for document_id, revision_id in latest.items():
-        conn.execute(
-            sa.update(t.documents)
-            .where(t.documents.c.id == document_id)
-            .values(current_revision_id=revision_id)
+    count = number % 3 + 1
+    for revision_no in range(1, count + 1):
+        key = f"{slug}/{document.id}/{revision_no}"
+        content = f"{document.title}, revision {revision_no}.\n{'Lorem ipsum. ' * number}\n"
+        stored = blobs.put(key, content.encode())
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=key,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            mime_type=_MIME_TYPES[number % len(_MIME_TYPES)],
         )
-    return len(inserted)
+        enqueue_verification(uow, revision)
+    return count
 
 
-def _document_tags(
-    documents: list[dict[str, Any]], tags: list[dict[str, Any]]
-) -> Iterator[dict[str, Any]]:
-    for number, doc in enumerate(documents):
-        for tag in tags[number % 2 : number % 2 + 1 + number % 3]:
-            yield {"document_id": doc["id"], "tag_id": tag["id"]}
-
-
-def _seed_values(
-    conn: Connection,
-    documents: list[dict[str, Any]],
-    fields: dict[str, uuid.UUID],
-    options: dict[str, list[uuid.UUID]],
-) -> None:
-    values = []
-    choices = []
-    for number, doc in enumerate(documents):
-        typed = {
-            "Client": ("string", "value_string", f"Client {number % 7}"),
-            "Summary": ("text", "value_text", f"Summary of document {number}."),
-            "Pages": ("int", "value_int", 1 + number * 3),
-            "Amount": ("decimal", "value_decimal", Decimal(number * 125) / 10),
-            "Signed on": (
-                "date",
-                "value_date",
-                dt.date(2025, 1, 1) + dt.timedelta(days=number * 7),
-            ),
-            "Signed": ("bool", "value_bool", number % 2 == 0),
-            "Source": ("url", "value_url", f"https://example.org/source/{number}"),
-            "Status": ("select", "option_id", options["Status"][number % 3]),
-        }
-        for name, (kind, column, value) in typed.items():
-            values.append(
-                {
-                    "document_id": doc["id"],
-                    "field_id": fields[name],
-                    "field_type": kind,
-                    column: value,
-                }
-            )
-        values.append(
-            {"document_id": doc["id"], "field_id": fields["Regions"], "field_type": "multi_select"}
-        )
-        for option_id in options["Regions"][: 1 + number % 3]:
-            choices.append(
-                {"document_id": doc["id"], "field_id": fields["Regions"], "option_id": option_id}
-            )
-    # Rows of one multi-row insert must share their keys: fill absent value columns with NULL.
-    columns = ["document_id", "field_id", "field_type", *t.VALUE_COLUMNS.values()]
-    _insert_new(conn, t.document_metadata, [{c: row.get(c) for c in columns} for row in values])
-    _insert_new(conn, t.document_metadata_choices, choices)
-
-
-def _count(conn: Connection, table: sa.Table) -> int:
-    return int(conn.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
-
-
-def run_demo(engine: Engine) -> str:
-    """Migrate, seed, and summarise every seeded tenant: the ``dms demo`` command."""
+def run_demo(engine: Engine, *, settings: Settings | None = None, concurrency: int = 2) -> str:
+    """Migrate, seed, process the seeded jobs with a worker, and summarise: ``dms demo``."""
+    settings = settings or Settings.from_env()
+    blobs = LocalBlobStore(settings.data_dir / "blobs")
     migrations.upgrade(engine)
-    report = seed(engine)
-    header = ("documents", "revisions", "folders", "tags", "fields")
-    lines = [report.describe(), "", f"{'tenant':<9}" + "".join(f"{h:>11}" for h in header)]
+    report = seed(engine, blobs=blobs, settings=settings)
+    started = time.monotonic()
+    with Worker(engine, handlers(blobs), concurrency=concurrency):
+        _wait_for_queue(engine, started + DEMO_TIMEOUT_SECONDS)
+    elapsed = time.monotonic() - started
+    return "\n".join(
+        [report.describe(), "", *_summary(engine), "", f"jobs processed in {elapsed:.1f} s"]
+    )
+
+
+def _pending(engine: Engine) -> int:
     with engine.connect() as conn:
-        for slug in SEED_TENANTS:
-            routed = tenancy.route(conn, slug)
+        counts = jobs.stats(conn).counts
+    busy = {JobState.QUEUED, JobState.RUNNING}
+    return sum(c.count for c in counts if c.tenant in SEED_TENANTS and c.state in busy)
+
+
+def _wait_for_queue(engine: Engine, deadline: float) -> None:
+    while _pending(engine) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _summary(engine: Engine) -> list[str]:
+    header = ("documents", "revisions", "verified", "jobs done", "dead")
+    lines = [f"{'tenant':<9}" + "".join(f"{h:>11}" for h in header)]
+    for slug in SEED_TENANTS:
+        with UnitOfWork(engine, tenant=slug) as uow:
+            documents = uow.documents.search(DocumentQuery(), limit=MAX_PAGE_SIZE).items
+            integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
+            verified = MetadataFilter(field_id=integrity.id, equals="verified")
             counts = [
-                _count(routed, table)
-                for table in (t.documents, t.file_revisions, t.folders, t.tags, t.metadata_fields)
+                len(documents),
+                sum(len(uow.revisions.history(d.id)) for d in documents),
+                len(
+                    uow.documents.search(
+                        DocumentQuery(metadata=(verified,)), limit=MAX_PAGE_SIZE
+                    ).items
+                ),
             ]
-            lines.append(f"{slug:<9}" + "".join(f"{c:>11}" for c in counts))
+            states = {c.state: c.count for c in jobs.stats(uow, tenant=slug).counts}
+        counts += [states.get(JobState.DONE, 0), states.get(JobState.DEAD, 0)]
+        lines.append(f"{slug:<9}" + "".join(f"{c:>11}" for c in counts))
     status = migrations.fleet_status(engine)
-    lines.append("")
     lines.append(
         f"schema revision {status.head}; {'all at head' if status.healthy else 'ATTENTION'}"
     )
-    return "\n".join(lines)
+    return lines

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import tenancy
+from dms import jobs, tenancy
 from dms.cli import main
+from dms.jobs import JobState
+from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
 
 
 def _url(url: URL) -> str:
@@ -24,16 +28,32 @@ def test_demo_on_an_empty_database_needs_the_users_table(
     assert "Traceback" not in err
 
 
-def test_demo_after_stand_in_migrates_seeds_and_summarises(
-    empty_database_url: URL, capsys: pytest.CaptureFixture[str]
+def test_demo_after_stand_in_migrates_seeds_processes_and_summarises(
+    empty_database_url: URL,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    monkeypatch.setenv("DMS_DATA_DIR", str(tmp_path))  # the demo's blobs go there
     url = _url(empty_database_url)
     assert main(["--database-url", url, "users", "stand-in"]) == 0
     assert main(["--database-url", url, "demo"]) == 0
     out = capsys.readouterr().out
-    assert "acme" in out
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in out.splitlines()
+        if line.startswith(SEED_TENANTS)
+    }
+    # documents, revisions, verified, jobs done, dead: every revision's job done, none dead
+    assert set(rows) == set(SEED_TENANTS)
+    for documents, revisions, verified, done, dead in rows.values():
+        assert documents == verified == str(DOCUMENTS_PER_TENANT)
+        assert done == revisions
+        assert dead == "0"
     assert "all at head" in out
     assert main(["--database-url", url, "status"]) == 0
+    assert main(["--database-url", url, "jobs", "stats"]) == 0
+    assert "dead 0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("slug", ["Bad", "x;y", "pg_x", "", "a" * 41])
@@ -91,3 +111,45 @@ def test_unreachable_database_is_one_line(capsys: pytest.CaptureFixture[str]) ->
 def test_not_a_postgresql_url(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--database-url", "sqlite:///x.db", "status"]) == 1
     assert "needs PostgreSQL" in capsys.readouterr().err
+
+
+def test_jobs_dead_requeue_and_prune(
+    database_url: URL, engine: sa.Engine, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    kind = f"cli.{tenant}"
+    with engine.begin() as conn:
+        job_id = jobs.enqueue(conn, kind, {}, tenant=tenant, max_attempts=1).job_id
+        [job] = jobs.dequeue(conn, "cli-test", kinds=[kind])
+        jobs.fail(conn, job, "boom")
+    assert main(["--database-url", url, "jobs", "dead", "--kind", kind]) == 0
+    out = capsys.readouterr().out
+    assert str(job_id) in out
+    assert "boom" in out
+    assert main(["--database-url", url, "jobs", "requeue"]) == 1  # neither id nor --dead
+    assert main(["--database-url", url, "jobs", "requeue", str(job_id)]) == 0
+    with engine.connect() as conn:
+        assert jobs.get(conn, job_id).state is JobState.QUEUED
+    assert main(["--database-url", url, "jobs", "requeue", str(job_id)]) == 1  # not dead now
+    assert "not in the dead letter" in capsys.readouterr().err
+    assert main(["--database-url", url, "jobs", "requeue", "--dead", "--kind", kind]) == 0
+    assert "requeued 0 job(s)" in capsys.readouterr().out
+    assert main(["--database-url", url, "jobs", "prune", "--older-than", "7d"]) == 0
+    assert "pruned" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs", "requeue", "not-a-uuid"],
+        ["jobs", "prune", "--older-than", "soon"],
+        ["jobs", "prune", "--older-than", "-5m"],
+        ["worker", "--concurrency", "0"],
+        ["jobs", "dead", "--limit", "x"],
+    ],
+)
+def test_bad_job_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as excinfo:
+        main(argv)
+    assert excinfo.value.code == 2
+    assert "error:" in capsys.readouterr().err

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import migrations, tenancy
+from dms import jobs, migrations, tenancy
+from dms.processing import VERIFY_REVISION
 from dms.schema import tenant as t
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS, seed
+from dms.storage import LocalBlobStore
 from dms.users import create_users_stand_in
 
 
@@ -21,36 +25,42 @@ def _counts(engine: sa.Engine, slug: str) -> dict[str, int]:
         }
 
 
-def test_seed_twice_fills_once(empty_database_url: URL) -> None:
+def test_seed_twice_fills_once(empty_database_url: URL, tmp_path: Path) -> None:
     engine = sa.create_engine(empty_database_url)
     create_users_stand_in(engine)
     migrations.upgrade(engine)
 
-    first = seed(engine)
+    first = seed(engine, blobs=LocalBlobStore(tmp_path))
     after_first = {slug: _counts(engine, slug) for slug in SEED_TENANTS}
-    second = seed(engine)
+    second = seed(engine, blobs=LocalBlobStore(tmp_path))
     after_second = {slug: _counts(engine, slug) for slug in SEED_TENANTS}
     slugs = [tenant.slug for tenant in tenancy.list_tenants(engine)]
+    with engine.connect() as conn:
+        queued = jobs.stats(conn, kind=VERIFY_REVISION).total()
     engine.dispose()
 
     assert slugs == sorted(SEED_TENANTS)
     assert after_first == after_second
-    assert all(counts["documents"] == 0 for counts in second.inserted.values())
+    assert all(counts == {} for counts in second.inserted.values())
+    assert queued == sum(after_first[slug]["file_revisions"] for slug in SEED_TENANTS)
     for slug in SEED_TENANTS:
         counts = after_first[slug]
         assert first.inserted[slug]["documents"] == DOCUMENTS_PER_TENANT
         assert counts["documents"] == DOCUMENTS_PER_TENANT
         assert DOCUMENTS_PER_TENANT <= counts["file_revisions"] <= 3 * DOCUMENTS_PER_TENANT
-        assert counts["metadata_fields"] == len(t.FIELD_TYPES)
+        # one field of every type, plus the two that revision verification writes
+        assert counts["metadata_fields"] == len(t.FIELD_TYPES) + 2
         assert counts["document_metadata_choices"] > 0
         assert counts["document_tags"] > 0
 
 
-def test_seed_covers_every_field_type_and_three_folder_levels(empty_database_url: URL) -> None:
+def test_seed_covers_every_field_type_and_three_folder_levels(
+    empty_database_url: URL, tmp_path: Path
+) -> None:
     engine = sa.create_engine(empty_database_url)
     create_users_stand_in(engine)
     migrations.upgrade(engine)
-    seed(engine)
+    seed(engine, blobs=LocalBlobStore(tmp_path))
     with engine.connect() as conn:
         routed = tenancy.route(conn, SEED_TENANTS[0])
         types = set(routed.scalars(sa.select(t.metadata_fields.c.field_type)))

@@ -1,0 +1,217 @@
+"""The revision-verification job: its handler, its transactional enqueue, a worker running it."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from dms import jobs
+from dms.domain import Document, MetadataField, Revision
+from dms.errors import NotFound, ValidationError
+from dms.jobs import JobState, Worker
+from dms.processing import (
+    INTEGRITY_FIELD,
+    PREVIEW_CHARS,
+    PREVIEW_FIELD,
+    VERIFY_REVISION,
+    define_processing_fields,
+    enqueue_verification,
+    handlers,
+    verify_revision,
+)
+from dms.services import add_revision, create_document
+from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path / "blobs")
+
+
+def _upload(
+    engine: Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    store: LocalBlobStore,
+    content: bytes,
+    *,
+    mime_type: str = "text/plain",
+    document: Document | None = None,
+) -> tuple[Document, Revision]:
+    key = f"{tenant}/{uuid.uuid4()}"
+    stored = store.put(key, content)
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        define_processing_fields(uow)
+        if document is None:
+            document = create_document(uow, title=f"Upload {uuid.uuid4().hex[:8]}")
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=key,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            mime_type=mime_type,
+        )
+        enqueue_verification(uow, revision)
+        uow.commit()
+    return document, revision
+
+
+def _run(engine: Engine, tenant: str, store: LocalBlobStore) -> None:
+    """Claim and run every queued verification job of ``tenant`` the way the worker does."""
+    handler = verify_revision(store)
+    while True:
+        with UnitOfWork(engine, tenant=tenant) as uow:
+            claimed = jobs.dequeue(uow, "test", kinds=[VERIFY_REVISION], limit=10)
+            if not claimed:
+                return
+            for job in claimed:
+                if job.tenant != tenant:  # another test's: hand it back untouched
+                    jobs.release(uow, job)
+                    continue
+                handler(uow, job)
+                jobs.complete(uow, job)
+            uow.commit()
+
+
+def _values(engine: Engine, tenant: str, document: Document) -> dict[str, object]:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        fields = {f.id: f for f in uow.metadata.list_fields()}
+        values = uow.metadata.values_of(document.id)
+        return {
+            fields[field_id].name: _label(fields[field_id], value)
+            for field_id, value in values.items()
+        }
+
+
+def _label(field: MetadataField, value: object) -> object:
+    """Show select values by their text, other values as they are."""
+    options: dict[object, object] = {option.id: option.value for option in field.options}
+    return options.get(value, value)
+
+
+def test_intact_text_revision_is_verified_with_a_preview(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    content = ("Hello, world. " * 40).encode()
+    document, _ = _upload(engine, tenant, user_id, store, content)
+    _run(engine, tenant, store)
+    values = _values(engine, tenant, document)
+    assert values[INTEGRITY_FIELD] == "verified"
+    assert values[PREVIEW_FIELD] == content.decode()[:PREVIEW_CHARS]
+
+
+def test_binary_revision_is_verified_without_a_preview(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document, _ = _upload(engine, tenant, user_id, store, b"%PDF-1.7", mime_type="application/pdf")
+    _run(engine, tenant, store)
+    values = _values(engine, tenant, document)
+    assert values[INTEGRITY_FIELD] == "verified"
+    assert PREVIEW_FIELD not in values
+
+
+def test_tampered_blob_is_a_mismatch(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document, revision = _upload(engine, tenant, user_id, store, b"original")
+    store.put(revision.storage_key, b"tampered")
+    _run(engine, tenant, store)
+    assert _values(engine, tenant, document)[INTEGRITY_FIELD] == "mismatch"
+
+
+def test_missing_blob_is_reported_missing(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document, revision = _upload(engine, tenant, user_id, store, b"soon gone")
+    (store.root / revision.storage_key).unlink()
+    _run(engine, tenant, store)
+    assert _values(engine, tenant, document)[INTEGRITY_FIELD] == "missing"
+
+
+def test_superseded_revision_leaves_the_document_alone(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document, first = _upload(engine, tenant, user_id, store, b"one")
+    store.put(first.storage_key, b"tampered")  # would be a mismatch if it were current
+    _upload(engine, tenant, user_id, store, b"two", document=document)
+    _run(engine, tenant, store)
+    assert _values(engine, tenant, document)[INTEGRITY_FIELD] == "verified"
+
+
+def test_enqueue_is_idempotent_per_revision(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    _, revision = _upload(engine, tenant, user_id, store, b"x")
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        again = enqueue_verification(uow, revision)
+        uow.commit()
+    assert again.created is False
+
+
+def test_rolled_back_upload_takes_its_job_with_it(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    stored = store.put(f"{tenant}/rolled-back", b"x")
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        document = create_document(uow, title="Never committed")
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=stored.storage_key,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            mime_type="text/plain",
+        )
+        enqueued = enqueue_verification(uow, revision)
+        # no commit
+    with engine.connect() as conn, pytest.raises(NotFound):
+        jobs.get(conn, enqueued.job_id)
+
+
+def test_payload_without_revision_is_a_validation_error(
+    engine: Engine, tenant: str, store: LocalBlobStore
+) -> None:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        jobs.enqueue(uow, VERIFY_REVISION, {"revision": "?"}, tenant=tenant)
+        claimed = jobs.dequeue(uow, "test", kinds=[VERIFY_REVISION], limit=50)
+        [job] = [j for j in claimed if j.tenant == tenant]
+        with pytest.raises(ValidationError, match="revision_id"):
+            verify_revision(store)(uow, job)
+
+
+def test_worker_processes_uploads_end_to_end(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    documents = [
+        _upload(engine, tenant, user_id, store, f"document {n}".encode())[0] for n in range(5)
+    ]
+    with Worker(engine, handlers(store), concurrency=2, poll_seconds=0.2):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                done = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION).total(JobState.DONE)
+            if done == len(documents):
+                break
+            time.sleep(0.05)
+    assert done == len(documents)
+    assert {_values(engine, tenant, d)[INTEGRITY_FIELD] for d in documents} == {"verified"}
+
+
+def test_blob_keys_cannot_escape_the_store(store: LocalBlobStore) -> None:
+    for key in ("../outside", "/etc/passwd", "a/../../b", ".hidden", ""):
+        with pytest.raises(ValidationError):
+            store.put(key, b"x")
+
+
+def test_stored_blob_reports_its_digest(store: LocalBlobStore) -> None:
+    stored = store.put("a/b.txt", b"content")
+    assert stored.sha256 == hashlib.sha256(b"content").hexdigest()
+    assert stored.size_bytes == len(b"content")
+    assert store.read("a/b.txt") == b"content"
