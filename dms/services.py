@@ -40,7 +40,9 @@ def create_document(
     """Create a document with its tags and metadata values, created by the unit's user.
 
     Fields with a default get it unless ``metadata`` has a value; every required field must
-    end up with a value, else :class:`ValidationError` and nothing is written.
+    end up with a value, else :class:`ValidationError` and nothing is written. Returns the
+    document as stored at the end: writing its tags and values bumped its version, so pass
+    this one's ``version`` to the next update.
     """
     with uow.savepoint():
         document = uow.documents.add(title=title, folder_id=folder_id)
@@ -48,7 +50,7 @@ def create_document(
         values = _with_defaults(uow.metadata.list_fields(), metadata or {})
         uow.metadata.set_values(document.id, values)
         _require_complete(uow, document)
-    return document
+    return uow.documents.get(document.id)
 
 
 def _with_defaults(

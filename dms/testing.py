@@ -141,3 +141,14 @@ class MetadataValueFactory(RowFactory):
 
     class Meta:
         model = t.document_metadata
+
+
+class DocumentMetadataChoiceFactory(RowFactory):
+    """One chosen option of a multi-select value.
+
+    Pass ``document_id``, ``field_id`` and ``option_id``; the value row it belongs to (a
+    :class:`MetadataValueFactory` row with ``field_type="multi_select"``) must exist.
+    """
+
+    class Meta:
+        model = t.document_metadata_choices

@@ -21,6 +21,7 @@ from dms.schema import tenant as t
 
 from . import _rows, _search
 from ._base import Repository
+from ._lock import LockTable
 from .errors import translated
 
 TITLE_MAX_CHARS = 500
@@ -132,6 +133,34 @@ class DocumentRepository(Repository):
             )
         return result.rowcount
 
+    def record_change(self, document_ids: Iterable[uuid.UUID]) -> None:
+        """Bump the version of documents whose tags or metadata values just changed.
+
+        Tags and values are part of what a reader of a document saw: after a change to them, an
+        update carrying the version read before fails with :class:`ConcurrentUpdate`. The
+        changes themselves take no expected version (bulk tagging spans many documents, and
+        setting a value is idempotent), so they never fail on a stale read; they only make
+        other writers' reads stale. Ids that are not documents of the tenant are ignored.
+        """
+        ids = sorted(set(document_ids))
+        if not ids:
+            return
+        # Sorted ids and one statement: concurrent bulk changes lock rows in the same order.
+        self._conn.execute(
+            sa.update(_d)
+            .where(_d.c.id.in_(ids))
+            .values(version=_d.c.version + 1, updated_at=sa.func.now())
+        )
+
+    def hold_off_writes(self) -> None:
+        """Make every other transaction's insert, update or delete of documents wait for ours.
+
+        For changes that must see every document, including one being created concurrently:
+        a required metadata field's backfill. Reads go on. SHARE ROW EXCLUSIVE rather than
+        SHARE because it conflicts with itself: two holders can never both wait to write.
+        """
+        self._conn.execute(LockTable(_d, "SHARE ROW EXCLUSIVE"))
+
     def ids_in_tenant(self, document_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
         """Return which of ``document_ids`` are live documents of this tenant."""
         rows = self._conn.execute(
@@ -165,8 +194,12 @@ class DocumentRepository(Repository):
             .limit(limit + 1)
         )
         if after is not None:
-            # The redundant first bound lets an index on lower(title) seek to the page; the
-            # row comparison alone is not an index condition (no index ends in id).
+            # The redundant first bound is what seeks: it is an index condition on
+            # uq_documents_folder_title (folder_id, lower(title)); the row comparison then
+            # filters at most the one row with an equal title. There is deliberately no index
+            # on (lower(title), id): given one, the planner may walk the whole title order
+            # filtering by folder, and page 500 of a 10,000-document folder whose titles are
+            # clustered read 2,301 buffers (12.7 ms) instead of 4 (0.05 ms) in bench/.
             statement = statement.where(
                 sa.func.lower(_d.c.title) >= after.title_key,
                 sa.tuple_(_TITLE_KEY, _d.c.id) > (after.title_key, after.id),

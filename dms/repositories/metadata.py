@@ -21,6 +21,7 @@ from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
 
 from . import _rows
+from . import documents as _documents  # a module: documents imports us via _search
 from ._base import Repository
 from .errors import translated
 
@@ -64,10 +65,19 @@ class MetadataRepository(Repository):
         A ``default`` fills the field of new documents that get no value. A required field
         added to a tenant that has documents needs a default, which every document then gets.
         Nothing is written if any check fails.
+
+        Defining a required field holds off writes to the tenant's documents until the unit of
+        work ends (see :meth:`.DocumentRepository.hold_off_writes`): a document created
+        meanwhile either commits first and is backfilled, or waits and then sees the field.
         """
         kind = field_type_of(field_type)
         check_name("metadata field", name, max_chars=FIELD_NAME_MAX_CHARS)
         _check_options_allowed(kind, name, options)
+        if required:
+            # Before any read of documents, so that the backfill's snapshot is taken after
+            # every concurrent document insert has committed (READ COMMITTED: a snapshot per
+            # statement).
+            self._documents().hold_off_writes()
         with self._conn.begin_nested():
             field = self._insert_field(name, kind, required=required)
             self._insert_options(field.id, kind, options)
@@ -153,29 +163,38 @@ class MetadataRepository(Repository):
     ) -> MetadataValue:
         """Set the document's value of a field, checked against the field's type and options.
 
-        Returns the stored value (select values as option ids).
+        Returns the stored value (select values as option ids). Bumps the document's version,
+        so that an update based on an earlier read raises
+        :class:`~dms.errors.ConcurrentUpdate`; setting a value takes no expected version (see
+        :meth:`.DocumentRepository.record_change`).
         """
-        field = self.get_field(field_id)
-        checked = check_value(field, value)
-        with translated(self._conn, f"value {value!r} of field {field.name!r} on {document_id}"):
-            self._upsert(document_id, field, checked)
+        checked = self._set(document_id, field_id, value)
+        self._record_change([document_id])
         return checked
 
     def set_values(self, document_id: uuid.UUID, values: dict[uuid.UUID, object]) -> None:
-        """Set several values of one document (see :meth:`set_value`)."""
+        """Set several values of one document (see :meth:`set_value`); one version bump."""
         for field_id, value in values.items():
-            self.set_value(document_id, field_id, value)
+            self._set(document_id, field_id, value)
+        if values:
+            self._record_change([document_id])
 
     def clear_value(self, document_id: uuid.UUID, field_id: uuid.UUID) -> None:
-        """Remove the document's value of a field; a required field cannot be cleared."""
+        """Remove the document's value of a field; a required field cannot be cleared.
+
+        Bumps the document's version if it had a value (see :meth:`set_value`).
+        """
         field = self.get_field(field_id)
         if field.required:
             raise ValidationError(
                 f"metadata field {field.name!r} is required: it cannot be cleared"
             )
-        self._conn.execute(
-            sa.delete(_v).where(_v.c.document_id == document_id, _v.c.field_id == field_id)
-        )
+        cleared = self._conn.execute(
+            sa.delete(_v)
+            .where(_v.c.document_id == document_id, _v.c.field_id == field_id)
+            .returning(_v.c.document_id)
+        ).scalars()
+        self._record_change(list(cleared))
 
     def values_of(self, document_id: uuid.UUID) -> dict[uuid.UUID, MetadataValue]:
         """Return the document's values, keyed by field id."""
@@ -192,6 +211,19 @@ class MetadataRepository(Repository):
         """Return the required fields that the document has no value for."""
         has_value = sa.exists().where(_v.c.document_id == document_id, _v.c.field_id == _f.c.id)
         return self._load_fields(sa.and_(_f.c.required, ~has_value))
+
+    def _set(self, document_id: uuid.UUID, field_id: uuid.UUID, value: object) -> MetadataValue:
+        field = self.get_field(field_id)
+        checked = check_value(field, value)
+        with translated(self._conn, f"value {value!r} of field {field.name!r} on {document_id}"):
+            self._upsert(document_id, field, checked)
+        return checked
+
+    def _record_change(self, document_ids: list[uuid.UUID]) -> None:
+        self._documents().record_change(document_ids)
+
+    def _documents(self) -> _documents.DocumentRepository:
+        return _documents.DocumentRepository(self._conn, user_id=self._user_id)
 
     def _choices_of(self, document_id: uuid.UUID) -> dict[uuid.UUID, MetadataValue]:
         rows = self._conn.execute(

@@ -15,6 +15,7 @@ from dms.schema import tenant as t
 
 from . import _rows, _search
 from ._base import Repository
+from .documents import DocumentRepository
 from .errors import translated
 
 NAME_MAX_CHARS = 100
@@ -77,7 +78,12 @@ class TagRepository(Repository):
             raise NotFound(f"tag {tag_id} does not exist")
 
     def tag(self, document_ids: Iterable[uuid.UUID], tag_ids: Iterable[uuid.UUID]) -> int:
-        """Link every document to every tag in one statement; return how many links are new."""
+        """Link every document to every tag in one statement; return how many links are new.
+
+        Bumps the version of each document that gained a tag, so that an update based on an
+        earlier read raises :class:`~dms.errors.ConcurrentUpdate`; tagging itself takes no
+        expected version (see :meth:`.DocumentRepository.record_change`).
+        """
         rows = [
             {"document_id": document_id, "tag_id": tag_id}
             for document_id in set(document_ids)
@@ -87,19 +93,26 @@ class TagRepository(Repository):
             return 0
         what = f"links of documents {sorted({r['document_id'] for r in rows})}"
         with translated(self._conn, what):
-            result = self._conn.execute(
-                insert(_links).values(rows).on_conflict_do_nothing().returning(_links.c.tag_id)
-            )
-            return len(result.all())
+            linked = self._conn.execute(
+                insert(_links).values(rows).on_conflict_do_nothing().returning(_links.c.document_id)
+            ).scalars()
+            changed = list(linked)
+            self._documents_repository().record_change(changed)
+        return len(changed)
 
     def untag(self, document_ids: Iterable[uuid.UUID], tag_ids: Iterable[uuid.UUID]) -> int:
-        """Remove the links between the documents and the tags; return how many went."""
-        result = self._conn.execute(
-            sa.delete(_links).where(
-                _links.c.document_id.in_(list(document_ids)), _links.c.tag_id.in_(list(tag_ids))
-            )
-        )
-        return result.rowcount
+        """Remove the links between the documents and the tags; return how many went.
+
+        Bumps the version of each document that lost a tag (see :meth:`tag`).
+        """
+        unlinked = self._conn.execute(
+            sa.delete(_links)
+            .where(_links.c.document_id.in_(list(document_ids)), _links.c.tag_id.in_(list(tag_ids)))
+            .returning(_links.c.document_id)
+        ).scalars()
+        changed = list(unlinked)
+        self._documents_repository().record_change(changed)
+        return len(changed)
 
     def tags_of(self, document_id: uuid.UUID) -> list[Tag]:
         """Return the document's tags, ordered by name."""
@@ -113,8 +126,7 @@ class TagRepository(Repository):
 
     def documents_with_all(self, tag_ids: Iterable[uuid.UUID]) -> list[Document]:
         """Return the live documents that have every one of ``tag_ids``, by title."""
-        wanted = set(tag_ids)
-        return self._documents([_search.has_tags([tag_id]) for tag_id in wanted])
+        return self._documents([_search.has_all_tags(tag_ids)])
 
     def documents_with_any(self, tag_ids: Iterable[uuid.UUID]) -> list[Document]:
         """Return the live documents that have at least one of ``tag_ids``, by title."""
@@ -127,6 +139,9 @@ class TagRepository(Repository):
             .order_by(sa.func.lower(_d.c.title), _d.c.id)
         )
         return [_rows.document(row) for row in rows]
+
+    def _documents_repository(self) -> DocumentRepository:
+        return DocumentRepository(self._conn, user_id=self._user_id)
 
     def _one(self, condition: sa.ColumnElement[bool], missing: str) -> Tag:
         row = self._conn.execute(sa.select(*_rows.TAG_COLUMNS).where(condition)).one_or_none()

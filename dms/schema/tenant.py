@@ -193,7 +193,9 @@ document_tags = sa.Table(
     sa.Column("tag_id", sa.Uuid, sa.ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True),
     _created_at(),
 )
-sa.Index("ix_document_tags_tag_id", document_tags.c.tag_id)
+# Leads with tag_id (the foreign key's index); with document_id too, "documents having these
+# tags" reads the links by index alone (migration 0003).
+sa.Index("ix_document_tags_tag_id_document_id", document_tags.c.tag_id, document_tags.c.document_id)
 
 _field_type_list = ", ".join(f"'{name}'" for name in FIELD_TYPES)
 

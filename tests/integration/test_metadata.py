@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import tenancy
-from dms.domain import FieldType
-from dms.errors import AlreadyExists, NotFound, ValidationError
+from dms.domain import DocumentQuery, FieldType
+from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.services import create_document
 from dms.uow import UnitOfWork
@@ -216,3 +219,104 @@ def test_required_field_default_applied_to_existing_documents(
         assert uow.metadata.missing_required(docs[0].id) == []
         later = create_document(uow, title="later.pdf")
         assert uow.metadata.values_of(later.id) == {field.id: field.default}
+
+
+def _blocked_by(engine: Engine, waiter_pid: int, holder_pid: int, done: threading.Event) -> bool:
+    """Wait until ``waiter_pid`` waits for a lock of ``holder_pid`` (True) or ``done`` is set."""
+    deadline = time.monotonic() + 10
+    with engine.connect() as conn:
+        while time.monotonic() < deadline:
+            blockers = conn.scalar(sa.select(sa.func.pg_blocking_pids(waiter_pid)))
+            if holder_pid in (blockers or []):
+                return True
+            if done.wait(0.02):
+                return False
+    raise AssertionError(f"backend {waiter_pid} neither finished nor waited for {holder_pid}")
+
+
+class _Racer(threading.Thread):
+    """Runs ``work`` in its own unit of work and commits; reports its backend pid first."""
+
+    def __init__(self, engine: Engine, tenant: str, user_id: uuid.UUID, work: Any) -> None:
+        super().__init__()
+        self.uow = UnitOfWork(engine, tenant=tenant, user_id=user_id)
+        self.work = work
+        self.pid: int | None = None
+        self.started = threading.Barrier(2, timeout=10)
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.uow as uow:
+                self.pid = uow.connection.scalar(sa.select(sa.func.pg_backend_pid()))
+                self.started.wait()
+                self.work(uow)
+                uow.commit()
+        except BaseException as exc:  # the main thread reports it
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+@pytest.mark.parametrize("first", ["field", "document"])
+def test_required_field_and_document_created_concurrently(
+    engine: Engine, tenant: str, user_id: uuid.UUID, first: str
+) -> None:
+    """Whichever commits first, the new document ends up with the required field's value.
+
+    The one that starts second must wait for the first (proved with pg_blocking_pids): without
+    that wait, the field's backfill misses the document, and the document misses the field.
+    """
+
+    def define(uow: UnitOfWork) -> None:
+        uow.metadata.define_field(
+            name="Customer", field_type="string", required=True, default="unknown"
+        )
+
+    def create(uow: UnitOfWork) -> None:
+        create_document(uow, title="Racing.pdf")
+
+    holder_work, waiter_work = (define, create) if first == "field" else (create, define)
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as holder:
+        holder_pid = holder.connection.execute(sa.select(sa.func.pg_backend_pid())).scalar_one()
+        holder_work(holder)
+        waiter = _Racer(engine, tenant, user_id, waiter_work)
+        waiter.start()
+        waiter.started.wait()
+        assert waiter.pid is not None
+        waited = _blocked_by(engine, waiter.pid, holder_pid, waiter.done)
+        holder.commit()
+    waiter.join(timeout=30)
+    assert waiter.error is None
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        (doc,) = uow.documents.search(DocumentQuery()).items
+        field = uow.metadata.get_field_by_name("Customer")
+        assert uow.metadata.values_of(doc.id) == {field.id: "unknown"}
+    assert waited, "the second transaction did not wait for the first"
+
+
+def test_set_and_clear_value_bump_the_document_version(uow: UnitOfWork) -> None:
+    with uow:
+        amount = uow.metadata.define_field(name="Amount", field_type="int")
+        note = uow.metadata.define_field(name="Note", field_type="string")
+        read = uow.documents.add(title="A.pdf")
+        uow.metadata.set_value(read.id, amount.id, 5)
+        with pytest.raises(ConcurrentUpdate, match=f"version {read.version + 1}, not"):
+            uow.documents.rename(read.id, title="stale.pdf", version=read.version)
+        uow.metadata.set_values(read.id, {amount.id: 6, note.id: "x"})
+        assert uow.documents.get(read.id).version == read.version + 2
+        uow.metadata.clear_value(read.id, note.id)
+        uow.metadata.clear_value(read.id, note.id)
+        assert uow.documents.get(read.id).version == read.version + 3
+        assert uow.metadata.values_of(read.id) == {amount.id: 6}
+
+
+def test_create_document_returns_the_version_to_update_with(uow: UnitOfWork) -> None:
+    with uow:
+        amount = uow.metadata.define_field(name="Amount", field_type="int")
+        tag = uow.tags.add(name="red")
+        doc = create_document(uow, title="A.pdf", tag_ids=[tag.id], metadata={amount.id: 1})
+        assert doc == uow.documents.get(doc.id)
+        renamed = uow.documents.rename(doc.id, title="B.pdf", version=doc.version)
+        assert renamed.version == doc.version + 1

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from sqlalchemy.engine import Engine
 
-from dms.errors import AlreadyExists, NotFound, ValidationError
+from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.uow import UnitOfWork
 
 
@@ -82,5 +82,22 @@ def test_deleted_documents_are_not_found_by_tag(uow: UnitOfWork) -> None:
         tag = uow.tags.add(name="red")
         doc = uow.documents.add(title="a.pdf")
         uow.tags.tag([doc.id], [tag.id])
-        uow.documents.soft_delete(doc.id, version=doc.version)
+        uow.documents.soft_delete(doc.id, version=uow.documents.get(doc.id).version)
         assert uow.tags.documents_with_any([tag.id]) == []
+
+
+def test_tag_and_untag_bump_the_version_of_changed_documents(uow: UnitOfWork) -> None:
+    with uow:
+        red = uow.tags.add(name="red")
+        read = uow.documents.add(title="a.pdf")
+        other = uow.documents.add(title="b.pdf")
+        uow.tags.tag([read.id], [red.id])
+        tagged = uow.documents.get(read.id)
+        with pytest.raises(ConcurrentUpdate, match=f"version {read.version + 1}, not"):
+            uow.documents.rename(read.id, title="stale.pdf", version=read.version)
+        assert uow.tags.tag([read.id], [red.id]) == 0
+        assert uow.documents.get(read.id).version == tagged.version
+        assert uow.tags.untag([read.id, other.id], [red.id]) == 1
+        assert uow.documents.get(read.id).version == tagged.version + 1
+        assert uow.documents.get(other.id).version == other.version
+        assert uow.documents.get(read.id).title == "a.pdf"

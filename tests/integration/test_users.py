@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, URL
+from sqlalchemy.engine import URL, Connection
 
 from dms.config import Settings
 from dms.testing import FolderFactory

@@ -1,0 +1,77 @@
+"""The curated public API: ``dms.__all__`` is sorted, resolves, and changes only on purpose."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import dms
+
+EXPECTED = [
+    "AlreadyExists",
+    "ConcurrentUpdate",
+    "ConfigurationError",
+    "Cursor",
+    "DmsError",
+    "Document",
+    "DocumentQuery",
+    "FieldOption",
+    "FieldType",
+    "Folder",
+    "InvalidTenantName",
+    "InvariantViolation",
+    "Job",
+    "JobState",
+    "LeaseLost",
+    "MetadataField",
+    "MetadataFilter",
+    "MigrationError",
+    "MigrationFailed",
+    "NotFound",
+    "Page",
+    "Revision",
+    "Settings",
+    "Tag",
+    "Tenant",
+    "TenantExists",
+    "TenantNotFound",
+    "UnitOfWork",
+    "UsersTableMissing",
+    "ValidationError",
+    "Worker",
+    "create_engine",
+    "create_tenant",
+    "downgrade",
+    "drop_tenant",
+    "fleet_status",
+    "list_tenants",
+    "upgrade",
+]
+
+PACKAGES = ["dms", "dms.domain", "dms.jobs"]
+
+
+def test_dms_exports_exactly_the_expected_names() -> None:
+    assert dms.__all__ == EXPECTED
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_all_is_sorted_unique_and_resolves(package: str) -> None:
+    module = importlib.import_module(package)
+    names = list(module.__all__)
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+    missing = [name for name in names if not hasattr(module, name)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_is_documented(package: str) -> None:
+    module = importlib.import_module(package)
+    undocumented = [
+        name
+        for name in module.__all__
+        if callable(getattr(module, name)) and not getattr(module, name).__doc__
+    ]
+    assert undocumented == []
