@@ -29,6 +29,9 @@ ErrorFactory = Callable[[], DmsError]
 
 _UNIQUE_VIOLATION = "23505"
 _FOREIGN_KEY_VIOLATION = "23503"
+#: PostgreSQL 18 reports a delete blocked by an ON DELETE RESTRICT key with this code (older
+#: servers with 23503).
+_RESTRICT_VIOLATION = "23001"
 _SERIALIZATION_FAILURE = "40001"
 _DEADLOCK_DETECTED = "40P01"
 _INTEGRITY_CLASS = "23"
@@ -59,13 +62,25 @@ def translate(
     return _by_sqlstate(sqlstate_of(exc), constraint, what)
 
 
+_BY_SQLSTATE: Mapping[str, Callable[[str, str], DmsError]] = {
+    _UNIQUE_VIOLATION: lambda what, c: AlreadyExists(f"{what} already exists ({c})"),
+    _FOREIGN_KEY_VIOLATION: lambda what, c: NotFound(
+        f"{what} refers to a row that does not exist ({c})"
+    ),
+    _RESTRICT_VIOLATION: lambda what, c: InvariantViolation(f"{what} is still referenced ({c})"),
+    _SERIALIZATION_FAILURE: lambda what, _: ConcurrentUpdate(
+        f"{what} collided with a concurrent transaction; retry"
+    ),
+    _DEADLOCK_DETECTED: lambda what, _: ConcurrentUpdate(
+        f"{what} collided with a concurrent transaction; retry"
+    ),
+}
+
+
 def _by_sqlstate(sqlstate: str, constraint: str, what: str) -> DmsError | None:
-    if sqlstate == _UNIQUE_VIOLATION:
-        return AlreadyExists(f"{what} already exists ({constraint})")
-    if sqlstate == _FOREIGN_KEY_VIOLATION:
-        return NotFound(f"{what} refers to a row that does not exist ({constraint})")
-    if sqlstate in (_SERIALIZATION_FAILURE, _DEADLOCK_DETECTED):
-        return ConcurrentUpdate(f"{what} collided with a concurrent transaction; retry")
+    exact = _BY_SQLSTATE.get(sqlstate)
+    if exact is not None:
+        return exact(what, constraint)
     if sqlstate.startswith(_INTEGRITY_CLASS):
         return InvariantViolation(f"{what} was refused by the database ({constraint or sqlstate})")
     if sqlstate.startswith(_DATA_EXCEPTION_CLASS):

@@ -43,6 +43,7 @@ CheckViolation = psycopg.errors.CheckViolation
 UniqueViolation = psycopg.errors.UniqueViolation
 NotNullViolation = psycopg.errors.NotNullViolation
 ForeignKeyViolation = psycopg.errors.ForeignKeyViolation
+RestrictViolation = psycopg.errors.RestrictViolation
 
 
 def _rows(conn: Connection, table: sa.Table) -> list[Row]:
@@ -507,11 +508,14 @@ def test_user_who_created_rows_cannot_be_deleted(engine: Engine, tenant_conn: Co
     author = _new_user(engine)
     FolderFactory(conn=tenant_conn, created_by=author)
     users = users_stand_in(Settings.from_env().users_schema)
+    # PostgreSQL 18 reports ON DELETE RESTRICT with its own SQLSTATE (23001); older, 23503.
+    server = tenant_conn.dialect.server_version_info or (0,)
+    expected = RestrictViolation if server >= (18,) else ForeignKeyViolation
 
     assert_refused(
         tenant_conn,
         sa.delete(users).where(users.c.id == author),
-        ForeignKeyViolation,
+        expected,
         "fk_folders_created_by_users",
         tables=[users, t.folders],
     )
