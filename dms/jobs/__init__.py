@@ -18,9 +18,11 @@ modules that use them: :mod:`dms.jobs.queue` (``LEASE_SECONDS``, ``DEFAULT_MAX_A
 from dms.jobs.backoff import Backoff
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.queue import (
+    Completion,
     Enqueued,
     NewJob,
     complete,
+    complete_many,
     dead_letter,
     dequeue,
     enqueue,
@@ -38,6 +40,7 @@ from dms.jobs.worker import Handler, Worker
 
 __all__ = [
     "Backoff",
+    "Completion",
     "Enqueued",
     "Handler",
     "Job",
@@ -48,6 +51,7 @@ __all__ = [
     "StateCount",
     "Worker",
     "complete",
+    "complete_many",
     "dead_letter",
     "dequeue",
     "enqueue",

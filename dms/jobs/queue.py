@@ -22,6 +22,7 @@ Transactions are expected at READ COMMITTED (PostgreSQL's default).
 
 from __future__ import annotations
 
+import functools
 import json
 import traceback
 import uuid
@@ -31,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.engine import Connection, Row
 
 from dms import tenancy
@@ -130,10 +131,6 @@ def _conn(target: Executor) -> Connection:
     return target.connection if isinstance(target, UnitOfWork) else target
 
 
-def _now_plus(delta: timedelta) -> sa.ColumnElement[datetime]:
-    return sa.func.now() + sa.literal(delta, sa.Interval)
-
-
 # --- enqueue ------------------------------------------------------------------------------
 
 
@@ -189,18 +186,15 @@ def enqueue_many(
     if key_retention <= timedelta(0):
         raise ValidationError(f"key_retention must be positive, not {key_retention}")
     conn = _conn(target)
-    _require_tenants(conn, {job.tenant for job in new_jobs})
-    results = _insert(conn, new_jobs, key_retention)
-    if any(result.created for result in results):
-        conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, "")))
-    return results
+    _require_tenants_and_notify(conn, {job.tenant for job in new_jobs})
+    return _insert(conn, new_jobs, key_retention)
 
 
 def _insert(
     conn: Connection, new_jobs: Sequence[NewJob], key_retention: timedelta
 ) -> list[Enqueued]:
     ids = [uuid.uuid4() for _ in new_jobs]
-    created = set(conn.scalars(_insert_statement(new_jobs, ids, key_retention)))
+    created = set(conn.scalars(_insert_statement(), _batch_arrays(new_jobs, ids, key_retention)))
     results = _resolve_keys(conn, new_jobs, ids, created)
     # A key can vanish between the two statements only when it had expired and a concurrent
     # prune deleted it: it is free again, so those jobs are simply enqueued anew.
@@ -211,73 +205,82 @@ def _insert(
     return [result for result in results if result is not None]
 
 
-def _require_tenants(conn: Connection, slugs: set[str]) -> None:
-    known = set(conn.scalars(sa.select(tenants.c.slug).where(tenants.c.slug.in_(slugs))))
+@functools.cache
+def _tenants_statement() -> sa.Select[tuple[str, Any]]:
+    # The wake-up rides on the tenant check to save a round trip. If a tenant is missing the
+    # call raises and the caller rolls back (taking the notification with it); a notification
+    # that does reach workers for nothing only makes them look at the queue once.
+    slugs = sa.bindparam("slugs", type_=ARRAY(sa.Text))
+    return sa.select(tenants.c.slug, sa.func.pg_notify(NOTIFY_CHANNEL, "")).where(
+        tenants.c.slug == sa.any_(slugs)
+    )
+
+
+def _require_tenants_and_notify(conn: Connection, slugs: set[str]) -> None:
+    known = {slug for slug, _ in conn.execute(_tenants_statement(), {"slugs": sorted(slugs)})}
     missing = sorted(slugs - known)
     if missing:
         raise TenantNotFound(f"tenant {missing[0]!r} does not exist")
 
 
-def _batch_values(new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID]) -> sa.Values:
-    columns = (
-        sa.column("id", sa.Uuid),
-        sa.column("tenant", sa.Text),
-        sa.column("kind", sa.Text),
-        sa.column("payload", JSONB),
-        sa.column("priority", sa.Integer),
-        sa.column("max_attempts", sa.Integer),
-        sa.column("run_at", sa.DateTime(timezone=True)),
-        sa.column("backoff", JSONB),
-        sa.column("idempotency_key", sa.Text),
-    )
-    rows = [
-        (
-            job_id,
-            job.tenant,
-            job.kind,
-            job.payload,
-            job.priority,
-            job.max_attempts,
-            job.run_at,
-            job.backoff.to_json() if job.backoff else None,
-            job.idempotency_key,
-        )
-        for job, job_id in zip(new_jobs, ids, strict=True)
-    ]
-    return sa.values(*columns, name="batch").data(rows)
+#: Columns of an enqueued batch, each passed as one array: the statement's text does not depend
+#: on the batch size, so it is prepared once per connection and has no parameter-count limit.
+_BATCH_COLUMNS = (
+    ("id", sa.Uuid()),
+    ("tenant", sa.Text()),
+    ("kind", sa.Text()),
+    ("payload", sa.Text()),
+    ("priority", sa.Integer()),
+    ("max_attempts", sa.Integer()),
+    ("run_at", sa.DateTime(timezone=True)),
+    ("backoff", sa.Text()),
+    ("idempotency_key", sa.Text()),
+)
 
 
-def _insert_statement(
+def _batch_arrays(
     new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID], key_retention: timedelta
-) -> sa.Executable:
+) -> dict[str, Any]:
+    return {
+        "id": list(ids),
+        "tenant": [job.tenant for job in new_jobs],
+        "kind": [job.kind for job in new_jobs],
+        "payload": [json.dumps(job.payload, allow_nan=False) for job in new_jobs],
+        "priority": [job.priority for job in new_jobs],
+        "max_attempts": [job.max_attempts for job in new_jobs],
+        "run_at": [job.run_at for job in new_jobs],
+        "backoff": [json.dumps(job.backoff.to_json()) if job.backoff else None for job in new_jobs],
+        "idempotency_key": [job.idempotency_key for job in new_jobs],
+        "key_retention": key_retention,
+    }
+
+
+@functools.cache
+def _insert_statement() -> sa.Executable:
     """Insert the keys into the ledger and the jobs whose key was free, in one statement.
 
-    ``WITH claimed_keys AS (INSERT INTO ledger ... ON CONFLICT DO NOTHING RETURNING job_id)
+    ``WITH batch AS (SELECT * FROM unnest(:id, :tenant, ...)), claimed_keys AS (INSERT INTO
+    ledger SELECT ... FROM batch WHERE key IS NOT NULL ON CONFLICT DO NOTHING RETURNING job_id)
     INSERT INTO processing_jobs SELECT ... FROM batch WHERE key IS NULL OR id IN claimed_keys``
     """
-    batch = _batch_values(new_jobs, ids).alias("batch")
-    condition: sa.ColumnElement[bool] = batch.c.idempotency_key.is_(None)
-    keyed = [
-        {
-            "tenant": job.tenant,
-            "kind": job.kind,
-            "idempotency_key": job.idempotency_key,
-            "job_id": job_id,
-            "expires_at": _now_plus(key_retention),
-        }
-        for job, job_id in zip(new_jobs, ids, strict=True)
-        if job.idempotency_key is not None
-    ]
-    claimed_keys = None
-    if keyed:
-        claimed_keys = (
-            insert(ledger)
-            .values(keyed)
-            .on_conflict_do_nothing()
-            .returning(ledger.c.job_id)
-            .cte("claimed_keys")
+    arrays = [sa.bindparam(name, type_=ARRAY(type_)) for name, type_ in _BATCH_COLUMNS]
+    unnested = sa.func.unnest(*arrays).table_valued(
+        *(sa.column(name, type_) for name, type_ in _BATCH_COLUMNS)
+    )
+    batch = sa.select(unnested.render_derived(name="unnested")).cte("batch")
+    expires_at = sa.func.now() + sa.bindparam("key_retention", type_=sa.Interval)
+    claimed_keys = (
+        insert(ledger)
+        .from_select(
+            ["tenant", "kind", "idempotency_key", "job_id", "expires_at"],
+            sa.select(
+                batch.c.tenant, batch.c.kind, batch.c.idempotency_key, batch.c.id, expires_at
+            ).where(batch.c.idempotency_key.is_not(None)),
         )
-        condition = condition | batch.c.id.in_(sa.select(claimed_keys.c.job_id))
+        .on_conflict_do_nothing()
+        .returning(ledger.c.job_id)
+        .cte("claimed_keys")
+    )
     rows = sa.select(
         batch.c.id,
         batch.c.tenant,
@@ -285,27 +288,13 @@ def _insert_statement(
         sa.cast(batch.c.payload, JSONB),
         batch.c.priority,
         batch.c.max_attempts,
-        sa.func.coalesce(sa.cast(batch.c.run_at, sa.DateTime(timezone=True)), sa.func.now()),
+        sa.func.coalesce(batch.c.run_at, sa.func.now()),
         sa.cast(batch.c.backoff, JSONB),
         batch.c.idempotency_key,
-    ).where(condition)
-    statement = insert(jobs).from_select(
-        [
-            "id",
-            "tenant",
-            "kind",
-            "payload",
-            "priority",
-            "max_attempts",
-            "run_at",
-            "backoff",
-            "idempotency_key",
-        ],
-        rows,
-    )
-    if claimed_keys is not None:
-        # A data-modifying WITH must sit at the top of the statement.
-        statement = statement.add_cte(claimed_keys, nest_here=True)
+    ).where(batch.c.idempotency_key.is_(None) | batch.c.id.in_(sa.select(claimed_keys.c.job_id)))
+    statement = insert(jobs).from_select([name for name, _ in _BATCH_COLUMNS], rows)
+    # A data-modifying WITH must sit at the top of the statement.
+    statement = statement.add_cte(batch, nest_here=True).add_cte(claimed_keys, nest_here=True)
     return statement.returning(jobs.c.id)
 
 
@@ -358,21 +347,26 @@ def dequeue(
     worker died); jobs with an expired lease come first. A claim sets ``locked_by``, the lease
     and ``attempts + 1``, so a reclaim counts as an attempt; a job whose lease expired on its
     last attempt goes to ``dead`` instead. Rows locked by other claims are skipped, not waited
-    for. Commit promptly: the claim is invisible to other workers until then.
+    for. One statement, whose text depends only on whether ``kinds`` is given (so it is prepared
+    once per connection); on an autocommit connection the claim is a single round trip. Commit
+    promptly: the claim is invisible to other workers until then.
     """
     _require_name("worker_id", worker_id)
     _require_int("limit", limit, minimum=1)
     if lease <= timedelta(0):
         raise ValidationError(f"lease must be positive, not {lease}")
-    conn = _conn(target)
-    conn.execute(_bury_exhausted_statement(kinds))
-    rows = conn.execute(_claim_statement(worker_id, kinds, limit, lease)).all()
+    params: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "lease": lease}
+    if kinds is not None:
+        params["kinds"] = list(kinds)
+    rows = _conn(target).execute(_claim_statement(kinds is not None), params).all()
     claimed = [_job(row) for row in rows]
     return sorted(claimed, key=lambda job: (job.priority, job.run_at, str(job.id)))
 
 
-def _of_kinds(kinds: Collection[str] | None) -> sa.ColumnElement[bool]:
-    return sa.true() if kinds is None else jobs.c.kind.in_(list(kinds))
+def _of_kinds(filtered: bool) -> sa.ColumnElement[bool]:
+    if not filtered:
+        return sa.true()
+    return jobs.c.kind == sa.any_(sa.bindparam("kinds", type_=ARRAY(sa.Text)))
 
 
 def _lease_expired() -> sa.ColumnElement[bool]:
@@ -399,14 +393,16 @@ def _lease_expiry_message() -> sa.ColumnElement[str]:
     )
 
 
-def _bury_exhausted_statement(kinds: Collection[str] | None) -> sa.Executable:
+def _bury_exhausted(filtered: bool) -> sa.CTE:
     """Send jobs whose lease expired on their last attempt to ``dead``.
 
     A job that kills its worker every time must end in the dead letter, not retry for ever.
+    A data-modifying CTE of the claim statement: it touches only rows the claim leaves alone
+    (``attempts >= max_attempts``), and saves the claim a round trip.
     """
     exhausted = (
         sa.select(jobs.c.id)
-        .where(_lease_expired(), jobs.c.attempts >= jobs.c.max_attempts, _of_kinds(kinds))
+        .where(_lease_expired(), jobs.c.attempts >= jobs.c.max_attempts, _of_kinds(filtered))
         .with_for_update(skip_locked=True)
     )
     return (
@@ -419,15 +415,17 @@ def _bury_exhausted_statement(kinds: Collection[str] | None) -> sa.Executable:
             last_error=_lease_expiry_message(),
             errors=_history_entry(_lease_expiry_message()),
         )
+        .returning(jobs.c.id)
+        .cte("buried")
     )
 
 
-def _claim_statement(
-    worker_id: str, kinds: Collection[str] | None, limit: int, lease: timedelta
-) -> sa.Executable:
+@functools.cache
+def _claim_statement(filtered: bool) -> sa.Executable:
+    limit = sa.bindparam("limit", type_=sa.Integer)
     expired = (
         sa.select(jobs.c.id)
-        .where(_lease_expired(), jobs.c.attempts < jobs.c.max_attempts, _of_kinds(kinds))
+        .where(_lease_expired(), jobs.c.attempts < jobs.c.max_attempts, _of_kinds(filtered))
         .order_by(jobs.c.lease_expires_at)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -436,7 +434,9 @@ def _claim_statement(
     runnable = (
         sa.select(jobs.c.id)
         .where(
-            jobs.c.state == JobState.QUEUED.value, jobs.c.run_at <= sa.func.now(), _of_kinds(kinds)
+            jobs.c.state == JobState.QUEUED.value,
+            jobs.c.run_at <= sa.func.now(),
+            _of_kinds(filtered),
         )
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
         .limit(limit)
@@ -448,12 +448,13 @@ def _claim_statement(
     was_running = jobs.c.state == JobState.RUNNING.value
     return (
         sa.update(jobs)
+        .add_cte(_bury_exhausted(filtered))
         .where(jobs.c.id.in_(picked.scalar_subquery()))
         .values(
             state=JobState.RUNNING.value,
             attempts=jobs.c.attempts + 1,
-            locked_by=worker_id,
-            lease_expires_at=_now_plus(lease),
+            locked_by=sa.bindparam("worker_id", type_=sa.Text),
+            lease_expires_at=sa.func.now() + sa.bindparam("lease", type_=sa.Interval),
             started_at=sa.func.now(),
             last_error=sa.case((was_running, _lease_expiry_message()), else_=jobs.c.last_error),
             errors=sa.case(
@@ -467,18 +468,70 @@ def _claim_statement(
 # --- acknowledging (fenced) ---------------------------------------------------------------
 
 
-def _fence(job: Job) -> sa.ColumnElement[bool]:
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """What :func:`complete_many` did: the jobs it marked done, and those whose lease was lost."""
+
+    completed: tuple[uuid.UUID, ...]
+    lost: tuple[Job, ...]
+
+
+def _fence() -> sa.ColumnElement[bool]:
     return sa.and_(
-        jobs.c.id == job.id,
-        jobs.c.locked_by == job.locked_by,
-        jobs.c.attempts == job.attempts,
+        jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+        jobs.c.locked_by == sa.bindparam("fence_worker", type_=sa.Text),
+        jobs.c.attempts == sa.bindparam("fence_attempt", type_=sa.Integer),
         jobs.c.state == JobState.RUNNING.value,
     )
 
 
-def _fenced_update(conn: Connection, job: Job, action: str, values: Mapping[str, Any]) -> Job:
-    statement = sa.update(jobs).where(_fence(job)).values(**values).returning(*jobs.c)
-    row = conn.execute(statement).one_or_none()
+def _completed_values() -> dict[str, Any]:
+    return {
+        "state": JobState.DONE.value,
+        "lease_expires_at": None,
+        "finished_at": sa.func.now(),
+    }
+
+
+def _failed_values() -> dict[str, Any]:
+    exhausted = (jobs.c.attempts >= jobs.c.max_attempts) | sa.bindparam("give_up", type_=sa.Boolean)
+    retry_at = sa.func.now() + sa.bindparam("delay", type_=sa.Interval)
+    return {
+        "state": sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
+        "run_at": sa.case((exhausted, jobs.c.run_at), else_=retry_at),
+        "finished_at": sa.case((exhausted, sa.func.now()), else_=None),
+        "lease_expires_at": None,
+        "last_error": sa.bindparam("error", type_=sa.Text),
+        "errors": _history_entry(sa.bindparam("summary", type_=sa.Text)),
+    }
+
+
+_FENCED_VALUES: dict[str, Any] = {
+    "complete": _completed_values,
+    "heartbeat": lambda: {
+        "lease_expires_at": sa.func.now() + sa.bindparam("lease", type_=sa.Interval)
+    },
+    "release": lambda: {
+        "state": JobState.QUEUED.value,
+        "attempts": jobs.c.attempts - 1,
+        "lease_expires_at": None,
+    },
+    "fail": _failed_values,
+}
+
+
+@functools.cache
+def _fenced_statement(action: str) -> sa.Executable:
+    """``UPDATE ... WHERE id, locked_by, attempts match the claim``; built once per action."""
+    values = _FENCED_VALUES[action]()
+    return sa.update(jobs).where(_fence()).values(**values).returning(*jobs.c)
+
+
+def _fenced_update(
+    conn: Connection, job: Job, action: str, params: Mapping[str, Any] | None = None
+) -> Job:
+    fence = {"job_id": job.id, "fence_worker": job.locked_by, "fence_attempt": job.attempts}
+    row = conn.execute(_fenced_statement(action), {**fence, **(params or {})}).one_or_none()
     if row is None:
         raise LeaseLost(
             f"job {job.id}: attempt {job.attempts} of worker {job.locked_by} no longer holds "
@@ -489,12 +542,61 @@ def _fenced_update(conn: Connection, job: Job, action: str, values: Mapping[str,
 
 def complete(target: Executor, job: Job) -> Job:
     """Mark ``job`` done; :class:`~dms.errors.LeaseLost` if this claim no longer holds it."""
-    values = {
-        "state": JobState.DONE.value,
-        "lease_expires_at": None,
-        "finished_at": sa.func.now(),
+    return _fenced_update(_conn(target), job, "complete")
+
+
+def complete_many(target: Executor, batch: Sequence[Job]) -> Completion:
+    """Mark every job of ``batch`` done in one fenced statement; report those it could not.
+
+    Each job is matched on its own ``(id, locked_by, attempts)``, exactly as :func:`complete`
+    matches one: a job whose lease was lost (reclaimed, released, already finished) is left
+    unchanged and listed in :attr:`Completion.lost`; the others are completed. Nothing is
+    raised for lost leases: the caller decides. ``UPDATE ... FROM unnest(:ids, :workers,
+    :claim_attempts)``: the statement's text does not depend on the batch size.
+    """
+    ids = [job.id for job in batch]
+    if len(set(ids)) != len(ids):
+        raise ValidationError("complete_many: a job appears more than once in the batch")
+    if not batch:
+        return Completion(completed=(), lost=())
+    params = {
+        "ids": ids,
+        "workers": [job.locked_by for job in batch],
+        "claim_attempts": [job.attempts for job in batch],
     }
-    return _fenced_update(_conn(target), job, "complete", values)
+    done = set(_conn(target).scalars(_complete_many_statement(), params))
+    return Completion(
+        completed=tuple(job.id for job in batch if job.id in done),
+        lost=tuple(job for job in batch if job.id not in done),
+    )
+
+
+@functools.cache
+def _complete_many_statement() -> sa.Executable:
+    acked = (
+        sa.func.unnest(
+            sa.bindparam("ids", type_=ARRAY(sa.Uuid)),
+            sa.bindparam("workers", type_=ARRAY(sa.Text)),
+            sa.bindparam("claim_attempts", type_=ARRAY(sa.Integer)),
+        )
+        .table_valued(
+            sa.column("id", sa.Uuid),
+            sa.column("locked_by", sa.Text),
+            sa.column("attempts", sa.Integer),
+        )
+        .render_derived(name="acked")
+    )
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == acked.c.id,
+            jobs.c.locked_by == acked.c.locked_by,
+            jobs.c.attempts == acked.c.attempts,
+            jobs.c.state == JobState.RUNNING.value,
+        )
+        .values(**_completed_values())
+        .returning(jobs.c.id)
+    )
 
 
 def heartbeat(
@@ -503,17 +605,12 @@ def heartbeat(
     """Extend the lease of ``job`` to ``lease`` from now; :class:`~dms.errors.LeaseLost` if lost."""
     if lease <= timedelta(0):
         raise ValidationError(f"lease must be positive, not {lease}")
-    return _fenced_update(_conn(target), job, "heartbeat", {"lease_expires_at": _now_plus(lease)})
+    return _fenced_update(_conn(target), job, "heartbeat", {"lease": lease})
 
 
 def release(target: Executor, job: Job) -> Job:
     """Put ``job`` back to ``queued`` without counting the attempt (for a worker shutting down)."""
-    values = {
-        "state": JobState.QUEUED.value,
-        "attempts": jobs.c.attempts - 1,
-        "lease_expires_at": None,
-    }
-    return _fenced_update(_conn(target), job, "release", values)
+    return _fenced_update(_conn(target), job, "release")
 
 
 def error_text(error: str | BaseException) -> str:
@@ -548,17 +645,13 @@ def fail(
     """
     text = error_text(error)
     policy = job.backoff or backoff or DEFAULT_BACKOFF
-    delay = policy.delay(max(job.attempts, 1))
-    exhausted = (jobs.c.attempts >= jobs.c.max_attempts) | sa.literal(not retry)
-    values = {
-        "state": sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
-        "run_at": sa.case((exhausted, jobs.c.run_at), else_=_now_plus(delay)),
-        "finished_at": sa.case((exhausted, sa.func.now()), else_=None),
-        "lease_expires_at": None,
-        "last_error": text,
-        "errors": _history_entry(_summary(text)),
+    params = {
+        "give_up": not retry,
+        "delay": policy.delay(max(job.attempts, 1)),
+        "error": text,
+        "summary": _summary(text),
     }
-    return _fenced_update(_conn(target), job, "fail", values)
+    return _fenced_update(_conn(target), job, "fail", params)
 
 
 # --- dead letter --------------------------------------------------------------------------

@@ -5,16 +5,22 @@
     worker = Worker(engine, handlers={"revision.checksum": verify_checksum}, concurrency=4)
     worker.run_until_stopped()        # blocks; SIGTERM or SIGINT stop it gracefully
 
-Each of the ``concurrency`` threads claims one job at a time in a short transaction, then runs
-its handler inside a :class:`~dms.uow.UnitOfWork` of the job's tenant and completes the job on
-that same unit of work before committing: the handler's writes and the job's ``done`` commit
-together or not at all. If the lease was lost meanwhile (another worker reclaimed the job), the
-fenced completion raises :class:`~dms.errors.LeaseLost` and everything rolls back.
+Threads of a worker: a **claimer** keeps a local queue filled, claiming up to ``batch_size``
+jobs per statement (never holding more than twice ``concurrency``); ``concurrency`` **runner**
+threads run one job each, its handler inside a :class:`~dms.uow.UnitOfWork` of the job's tenant;
+an **acknowledger** completes jobs many at a time with :func:`~dms.jobs.complete_many`; a
+**listener** (``LISTEN`` on a dedicated autocommit connection) wakes the claimer as soon as a job
+is enqueued, while polling every ``poll_seconds`` keeps working without it (behind PgBouncer in
+transaction mode pass ``listen=False`` or a direct ``listen_url``); a **heartbeat** renews the
+leases of held jobs every third of the lease, so long jobs keep them.
 
-Two helper threads: a listener (``LISTEN`` on a dedicated autocommit connection) wakes idle
-threads as soon as a job is enqueued, while polling every ``poll_seconds`` keeps working without
-it (behind PgBouncer in transaction mode pass ``listen=False`` or a direct ``listen_url``); a
-heartbeat renews the leases of running jobs every third of the lease, so long jobs keep them.
+A handler that executes anything on its unit of work has its job completed on that same unit of
+work before the commit: the handler's writes and the job's ``done`` commit together or not at
+all, and if the lease was lost meanwhile (another worker reclaimed the job) the fenced
+completion raises :class:`~dms.errors.LeaseLost` and everything rolls back. A handler that never
+touches the database has nothing to commit: its job goes to the acknowledger, whose batched
+completion is fenced job by job in the same way; if the worker dies first, the lease expires
+and the job runs again (at-least-once delivery).
 
 Database errors in the worker's own statements (a connection killed by
 ``pg_terminate_backend``, a failover) are logged and retried with a fresh pooled connection; a
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -35,8 +42,9 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from types import FrameType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -50,6 +58,7 @@ from dms.jobs.queue import (
     LEASE_SECONDS,
     NOTIFY_CHANNEL,
     complete,
+    complete_many,
     dequeue,
     fail,
     heartbeat,
@@ -59,10 +68,18 @@ from dms.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 #: Seconds an idle thread waits for a notification before it polls the queue anyway.
 POLL_SECONDS = 2.0
 #: Seconds that running jobs get to finish after a stop before they are released.
 GRACE_SECONDS = 30.0
+#: Most jobs claimed by one statement, and completed by one statement, by default.
+BATCH_SIZE = 100
+#: Jobs a worker holds (running or waiting for a runner), per unit of ``concurrency``.
+_HELD_PER_SLOT = 2
+#: Seconds between checks for a stop by idle runner and acknowledger threads.
+_IDLE_CHECK_SECONDS = 0.5
 #: Seconds to wait before retrying after a database error, doubled up to this many times.
 _RETRY_SECONDS = 0.2
 _RETRY_DOUBLINGS = 5
@@ -100,12 +117,15 @@ class Worker:
         listen: bool = True,
         listen_url: str | URL | None = None,
         name: str | None = None,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         """Configure the worker; nothing runs before :meth:`start`."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValidationError(f"concurrency must be a positive integer, not {concurrency!r}")
         if not all(callable(h) for h in handlers.values()):
             raise ValidationError("every handler must be callable")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValidationError(f"batch_size must be a positive integer, not {batch_size!r}")
         if lease <= timedelta(0) or poll_seconds <= 0 or grace_seconds < 0:
             raise ValidationError("lease and poll_seconds must be positive, grace_seconds >= 0")
         self._engine = engine
@@ -114,6 +134,8 @@ class Worker:
         if not self._kinds:
             raise ValidationError("the worker has no kinds to work: give handlers or kinds")
         self._concurrency = concurrency
+        self._batch_size = batch_size
+        self._capacity = _HELD_PER_SLOT * concurrency
         self._lease = lease
         self._poll_seconds = poll_seconds
         self._grace_seconds = grace_seconds
@@ -124,22 +146,32 @@ class Worker:
         self._stop_requested = threading.Event()
         self._wakeup = threading.Condition()
         self._generation = 0
-        self._in_flight: dict[uuid.UUID, Job] = {}
+        self._in_flight: dict[uuid.UUID, Job] = {}  # held: claimed, not yet settled
+        self._running: dict[uuid.UUID, Job] = {}  # handed to a runner thread
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._ready: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._acks: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._slots_done = threading.Event()
         self._slots: list[threading.Thread] = []
+        self._acknowledger: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the worker threads (and the listener and heartbeat threads)."""
+        """Start the runner threads, the claimer, acknowledger, heartbeat and listener."""
         if self._slots:
             raise ValidationError("this worker was already started")
         self._slots = [
             self._thread(self._run_slot, f"{self.name}/{index}")
             for index in range(self._concurrency)
         ]
-        self._helpers = [self._thread(self._renew_leases, f"{self.name}/heartbeat")]
+        self._acknowledger = self._thread(self._acknowledge, f"{self.name}/ack")
+        self._helpers = [
+            self._thread(self._fetch, f"{self.name}/claim"),
+            self._thread(self._renew_leases, f"{self.name}/heartbeat"),
+        ]
         if self._listen_url is not None:
             self._helpers.append(self._thread(self._listen, f"{self.name}/listen"))
 
@@ -159,9 +191,16 @@ class Worker:
         self._stopping.set()
         self._stop_requested.set()
         self._wake()
+        with self._room:
+            self._room.notify_all()
         deadline = time.monotonic() + grace
         for thread in self._slots:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        # Finished jobs waiting for their batched completion are completed before the rest
+        # (jobs still running past the grace period, jobs never started) is released.
+        self._slots_done.set()
+        if self._acknowledger is not None:
+            self._acknowledger.join(timeout=max(1.0, deadline - time.monotonic()))
         for job in self._take_in_flight():
             self._settle(job, "release", _releasing(job))
         for thread in self._helpers:
@@ -173,9 +212,10 @@ class Worker:
         A handler that overran the grace period keeps its thread alive until it returns.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in (*self._slots, *self._helpers):
+        threads = (*self._slots, *self._helpers, *filter(None, [self._acknowledger]))
+        for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in (*self._slots, *self._helpers))
+        return not any(t.is_alive() for t in threads)
 
     def run_until_stopped(self) -> None:
         """Start, block until SIGTERM, SIGINT or :meth:`stop`, then stop gracefully.
@@ -223,56 +263,103 @@ class Worker:
     def running_jobs(self) -> tuple[Job, ...]:
         """The jobs this worker is running right now."""
         with self._lock:
-            return tuple(self._in_flight.values())
+            return tuple(self._running.values())
 
-    # --- claiming and running -----------------------------------------------------------
+    # --- claiming -----------------------------------------------------------------------
 
-    def _run_slot(self, worker_id: str) -> None:
+    def _fetch(self, name: str) -> None:
+        """The claimer: keep the local queue filled, one claim statement per batch."""
+        session = _AutocommitSession(self._engine)
         failures = 0
+        try:
+            while not self._stopping.is_set():
+                seen = self._generation
+                wanted = self._wait_for_room()
+                if wanted == 0:
+                    continue
+                try:
+                    claimed = session.run(partial(self._claim, limit=min(wanted, self._batch_size)))
+                except sa.exc.DBAPIError as exc:
+                    failures += 1
+                    log.warning("worker %s: claim failed (%s); retrying", name, exc.orig)
+                    self._stopping.wait(_RETRY_SECONDS * 2 ** min(failures, _RETRY_DOUBLINGS))
+                    continue
+                failures = 0
+                self._hand_out(claimed)
+                if len(claimed) < wanted:
+                    self._wait_for_work(seen)
+        finally:
+            session.close()
+
+    def _claim(self, conn: Connection, *, limit: int) -> list[Job]:
+        return dequeue(conn, self.name, kinds=self._kinds, limit=limit, lease=self._lease)
+
+    def _wait_for_room(self) -> int:
+        """Block until fewer than ``capacity`` jobs are held; how many more may be claimed."""
+        with self._room:
+            self._room.wait_for(
+                lambda: len(self._in_flight) < self._capacity or self._stopping.is_set(),
+                timeout=self._poll_seconds,
+            )
+            if self._stopping.is_set():
+                return 0
+            return max(0, self._capacity - len(self._in_flight))
+
+    def _hand_out(self, claimed: list[Job]) -> None:
+        with self._lock:
+            for job in claimed:
+                self._in_flight[job.id] = job
+        for job in claimed:
+            self._ready.put(job)
+
+    # --- running ------------------------------------------------------------------------
+
+    def _run_slot(self, name: str) -> None:
         while not self._stopping.is_set():
-            seen = self._generation
             try:
-                job = self._claim(worker_id)
-            except sa.exc.DBAPIError as exc:
-                failures += 1
-                log.warning("worker %s: claim failed (%s); retrying", worker_id, exc.orig)
-                self._stopping.wait(_RETRY_SECONDS * 2 ** min(failures, _RETRY_DOUBLINGS))
+                job = self._ready.get(timeout=_IDLE_CHECK_SECONDS)
+            except queue.Empty:
                 continue
-            failures = 0
-            if job is None:
-                self._wait_for_work(seen)
-            elif self._stopping.is_set():
-                # Claimed while stop() was called: it has not started, so it goes straight back.
+            if self._stopping.is_set():
+                # Claimed but not started when stop() was called: it goes straight back.
                 self._take_in_flight_job(job)
                 self._settle(job, "release", _releasing(job))
-            else:
-                self._process(job)
-
-    def _claim(self, worker_id: str) -> Job | None:
-        with self._engine.begin() as conn:
-            claimed = dequeue(conn, worker_id, kinds=self._kinds, limit=1, lease=self._lease)
-        if not claimed:
-            return None
-        with self._lock:
-            self._in_flight[claimed[0].id] = claimed[0]
-        return claimed[0]
+                return
+            self._process(job)
 
     def _process(self, job: Job) -> None:
+        with self._lock:
+            self._running[job.id] = job
         try:
-            handler = self._handlers.get(job.kind)
-            if handler is None:
-                known = ", ".join(sorted(self._handlers)) or "none"
-                error = f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
-                self._settle(job, "fail", lambda conn: fail(conn, job, error, retry=False))
-            else:
-                self._run_handler(handler, job)
+            self._settle_run(job)
         finally:
+            with self._lock:
+                self._running.pop(job.id, None)
+
+    def _settle_run(self, job: Job) -> None:
+        handler = self._handlers.get(job.kind)
+        if handler is None:
+            known = ", ".join(sorted(self._handlers)) or "none"
+            error = f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
+            self._settle(job, "fail", lambda conn: fail(conn, job, error, retry=False))
+            self._take_in_flight_job(job)
+        elif self._run_handler(handler, job):
+            # Stays in flight (its lease renewed) until the acknowledger has completed it.
+            self._acks.put(job)
+        else:
             self._take_in_flight_job(job)
 
-    def _run_handler(self, handler: Handler, job: Job) -> None:
+    def _run_handler(self, handler: Handler, job: Job) -> bool:
+        """Run ``handler``; True if it succeeded without using the database (completion deferred).
+
+        A handler that executed anything on its unit of work has the job completed in that same
+        transaction, so its writes and the completion commit together or not at all.
+        """
         try:
-            with UnitOfWork(self._engine, tenant=job.tenant) as uow:
+            with _LazyUnitOfWork(self._engine, tenant=job.tenant) as uow:
                 handler(uow, job)
+                if not _used(uow):
+                    return True
                 complete(uow, job)
                 uow.commit()
         except LeaseLost:
@@ -282,7 +369,7 @@ class Worker:
         except sa.exc.DBAPIError as exc:
             if not exc.connection_invalidated:
                 self._record_failure(job, exc)
-                return
+                return False
             # Our connection died, not the job: run it again without counting this attempt.
             log.warning(
                 "worker %s: connection lost running job %s; releasing it", self.name, job.id
@@ -291,6 +378,51 @@ class Worker:
         # Whatever a handler raises fails the attempt; the worker itself must go on.
         except Exception as exc:
             self._record_failure(job, exc)
+        return False
+
+    # --- acknowledging ------------------------------------------------------------------
+
+    def _acknowledge(self, name: str) -> None:
+        """The acknowledger: complete deferred jobs, many per fenced statement."""
+        session = _AutocommitSession(self._engine)
+        try:
+            while True:
+                try:
+                    first = self._acks.get(timeout=_IDLE_CHECK_SECONDS)
+                except queue.Empty:
+                    if self._slots_done.is_set():
+                        return
+                    continue
+                batch = [first]
+                while len(batch) < self._batch_size:
+                    try:
+                        batch.append(self._acks.get_nowait())
+                    except queue.Empty:
+                        break
+                self._complete(session, batch)
+        finally:
+            session.close()
+
+    def _complete(self, session: _AutocommitSession, batch: list[Job]) -> None:
+        """Complete ``batch``; if it cannot be recorded, the leases expire and the jobs rerun."""
+        try:
+            for attempt in range(1, _SETTLE_TRIES + 1):
+                try:
+                    outcome = session.run(lambda conn: complete_many(conn, batch))
+                except sa.exc.DBAPIError as exc:
+                    log.warning("worker %s: completion failed: %s", self.name, exc.orig)
+                    time.sleep(_RETRY_SECONDS * attempt)
+                    continue
+                # The acknowledger must outlive any error: the leases expire and the jobs rerun.
+                except Exception:
+                    log.exception("worker %s: completion of %d jobs failed", self.name, len(batch))
+                    return
+                for job in outcome.lost:
+                    log.warning("worker %s: complete of job %s: lease lost", self.name, job.id)
+                return
+        finally:
+            for job in batch:
+                self._take_in_flight_job(job)
 
     def _record_failure(self, job: Job, exc: BaseException) -> None:
         backoff = self._backoff.get(job.kind)
@@ -320,8 +452,9 @@ class Worker:
                 return
 
     def _take_in_flight_job(self, job: Job) -> None:
-        with self._lock:
+        with self._room:
             self._in_flight.pop(job.id, None)
+            self._room.notify()
 
     def _take_in_flight(self) -> list[Job]:
         with self._lock:
@@ -364,7 +497,9 @@ class Worker:
     def _renew_leases(self, name: str) -> None:
         interval = self._lease.total_seconds() / 3
         while not self._stopping.wait(interval):
-            for job in self.running_jobs:
+            with self._lock:
+                held = list(self._in_flight.values())
+            for job in held:
                 self._renew(job)
 
     def _renew(self, job: Job) -> None:
@@ -376,6 +511,72 @@ class Worker:
         except sa.exc.DBAPIError as exc:
             # The next round tries again; the lease is three intervals long.
             log.warning("worker %s: heartbeat of job %s failed: %s", self.name, job.id, exc.orig)
+
+
+class _AutocommitSession:
+    """A connection held by one thread for its single-statement work, replaced after an error.
+
+    Autocommit: a claim or a batched completion is one statement, hence one round trip, and a
+    held connection pays neither a pool checkout nor a pre-ping per statement.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+
+    def run(self, statement: Callable[[Connection], _T]) -> _T:
+        if self._conn is None:
+            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            return statement(self._conn)
+        except sa.exc.DBAPIError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except sa.exc.DBAPIError as exc:
+                log.debug("closing a broken connection: %s", exc.orig)
+
+
+class _LazyUnitOfWork(UnitOfWork):
+    """A unit of work that takes a pooled connection only when the handler first uses it.
+
+    A handler that never touches the database then costs no pool checkout (and no pre-ping
+    round trip): profiling showed that checkout as the largest cost of a no-op job.
+    """
+
+    _opened = False
+
+    def __enter__(self) -> _LazyUnitOfWork:
+        """Open nothing yet."""
+        return self
+
+    @property
+    def connection(self) -> Connection:
+        """The routed connection, opened (and its transaction begun) on first use."""
+        if not self._opened:
+            self._opened = True
+            super().__enter__()
+        return super().connection
+
+    @property
+    def opened(self) -> bool:
+        """Whether the handler asked for the connection."""
+        return self._opened
+
+
+def _used(uow: _LazyUnitOfWork) -> bool:
+    """Whether anything was executed on the unit of work (its transaction has begun)."""
+    if not uow.opened:
+        return False
+    driver = uow.connection.connection.driver_connection
+    return isinstance(driver, psycopg.Connection) and (
+        driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+    )
 
 
 def _releasing(job: Job) -> Callable[[Connection], Job]:

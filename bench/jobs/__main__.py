@@ -1,0 +1,5 @@
+"""``python -m bench.jobs``: see :mod:`bench.jobs.run`."""
+
+from bench.jobs.run import main
+
+main()
