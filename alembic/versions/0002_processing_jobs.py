@@ -12,10 +12,12 @@ tenant schemas still move to 0002, so every schema of the fleet reports one head
 from __future__ import annotations
 
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.dialects.postgresql import JSONB
 
 from alembic import op
 from dms.migrations import MigrationScope
+from dms.schema.ddl import execute_ddl
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -106,7 +108,18 @@ def _create_jobs(schema: str) -> None:
             "jsonb_typeof(errors) = 'array'", name=op.f("ck_processing_jobs_errors_is_array")
         ),
         schema=schema,
-        postgresql_with=AUTOVACUUM,
+    )
+    # Not postgresql_with=: SQLAlchemy 2.0 (on Python 3.10) does not know that table option.
+    execute_ddl(
+        op.get_bind(),
+        sql.SQL("ALTER TABLE {}.{} SET ({})").format(
+            sql.Identifier(schema),
+            sql.Identifier("processing_jobs"),
+            sql.SQL(", ").join(
+                sql.SQL("{} = {}").format(sql.SQL(name), sql.Literal(value))
+                for name, value in AUTOVACUUM.items()
+            ),
+        ),
     )
     op.create_index(
         "ix_processing_jobs_dequeue",

@@ -13,9 +13,14 @@ default 20 % of dead rows would.
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from typing import Any
 
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection
+
+from dms.schema.ddl import execute_ddl
 from dms.schema.shared import metadata
 
 #: Storage parameters of ``processing_jobs``: vacuum after 1 % of rows changed (plus a floor),
@@ -88,9 +93,29 @@ processing_jobs = sa.Table(
         postgresql_where=sa.text("state IN ('done', 'dead')"),
     ),
     sa.Index("ix_processing_jobs_tenant", "tenant"),
-    postgresql_with=JOBS_AUTOVACUUM,
 )
 """One row per job; see :class:`dms.jobs.Job` for the meaning of each column."""
+
+
+def _set_autovacuum(table: sa.Table, connection: Connection, **_: Any) -> None:
+    # Storage parameters as DDL after CREATE TABLE: SQLAlchemy 2.0 (the one on Python 3.10)
+    # has no table option for them. Names and numbers are the constants above, never input.
+    settings = sql.SQL(", ").join(
+        sql.SQL("{} = {}").format(sql.SQL(name), sql.Literal(value))
+        for name, value in JOBS_AUTOVACUUM.items()
+    )
+    # Literal DDL escapes schema_translate_map, so apply it here (create_all into a copy).
+    schema_map = connection.get_execution_options().get("schema_translate_map") or {}
+    schema = str(schema_map.get(table.schema, table.schema))
+    execute_ddl(
+        connection,
+        sql.SQL("ALTER TABLE {}.{} SET ({})").format(
+            sql.Identifier(schema), sql.Identifier(table.name), settings
+        ),
+    )
+
+
+sa.event.listen(processing_jobs, "after_create", _set_autovacuum)
 
 job_idempotency_keys = sa.Table(
     "job_idempotency_keys",
