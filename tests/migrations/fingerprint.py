@@ -44,6 +44,9 @@ from dms.testing import (
 )
 from dms.users import create_user
 
+#: The tenants of the ``fleet`` fixture (tests/migrations/conftest.py).
+TENANTS = ("alpha", "bravo")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION_TABLE = "alembic_version"
 PLACEHOLDER = "<schema>"

@@ -7,20 +7,16 @@ new database named by ``DMS_DATABASE_URL``, and checks the catalog afterwards.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 
 import pytest
-import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Engine
 
 from dms import migrations, tenancy
 from dms.config import SHARED_SCHEMA
-from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import (
     DdlAudit,
     fingerprint,
-    populate_tenant,
     revisions,
     run_alembic,
     schema_exists,
@@ -30,25 +26,6 @@ from tests.migrations.fingerprint import (
 HEAD = migrations.head_revision()
 HEAD_SCRIPT = ScriptDirectory.from_config(migrations.alembic_config()).get_revision(HEAD)
 SCHEMAS = (SHARED_SCHEMA, "tenant_alpha", "tenant_bravo")
-
-
-@pytest.fixture
-def db(empty_database_url: URL) -> Iterator[Engine]:
-    """An engine on a new database that has only the users stand-in."""
-    engine = sa.create_engine(empty_database_url)
-    create_users_stand_in(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def fleet(db: Engine) -> Engine:
-    """The database at head with tenants ``alpha`` and ``bravo``, each holding data."""
-    migrations.upgrade(db)
-    for slug in ("alpha", "bravo"):
-        tenancy.create_tenant(db, slug)
-        populate_tenant(db, slug)
-    return db
 
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:

@@ -8,28 +8,25 @@ tenant schemas, equal revisions, and equal rows.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import Engine
 
 from dms import migrations, tenancy
 from dms.config import SHARED_SCHEMA
-from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import (
+    TENANTS,
     DdlAudit,
     Fingerprint,
     fingerprint,
-    populate_tenant,
     revisions,
     schema_exists,
     schema_rows,
 )
 
-TENANTS = ("alpha", "bravo")
 SCHEMAS = (SHARED_SCHEMA, *(tenancy.schema_name(slug) for slug in TENANTS))
 
 
@@ -50,25 +47,6 @@ HEAD = STEPS[-1][1]
 
 def _step_id(step: tuple[str | None, str]) -> str:
     return f"{step[0] or 'base'}->{step[1]}"
-
-
-@pytest.fixture
-def db(empty_database_url: URL) -> Iterator[Engine]:
-    """An engine on a new, empty database that has only the users stand-in."""
-    engine = sa.create_engine(empty_database_url)
-    create_users_stand_in(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def fleet(db: Engine) -> Engine:
-    """The database at head with the tenants of :data:`TENANTS`, each holding data."""
-    migrations.upgrade(db)
-    for slug in TENANTS:
-        tenancy.create_tenant(db, slug)
-        populate_tenant(db, slug)
-    return db
 
 
 def _fingerprints(engine: Engine, schemas: tuple[str, ...] = SCHEMAS) -> dict[str, Fingerprint]:
