@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import URL, Engine, make_url
 
 from dms.config import Settings
 from dms.errors import ConfigurationError
+from dms.schema.ddl import execute_ddl
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +81,7 @@ def _ensure_database(server_url: URL, name: str) -> None:
             )
             if not exists:
                 log.info("creating database %s in the embedded server", name)
-                quoted = conn.dialect.identifier_preparer.quote(name)
-                conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
+                execute_ddl(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     finally:
         engine.dispose()
 

@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL, Connection
 
 from dms.db import normalize_url
 from dms.schema import tenant as t
+from dms.schema.ddl import execute_ddl
 
 
 @contextmanager
@@ -37,19 +38,15 @@ def temporary_database(server_url: str | URL, *, prefix: str = "dms_test") -> It
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
     try:
         with admin.connect() as conn:
-            _execute(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            execute_ddl(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         yield base.set(database=name)
     finally:
         with admin.connect() as conn:
-            _execute(
+            execute_ddl(
                 conn,
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
             )
         admin.dispose()
-
-
-def _execute(conn: Connection, statement: sql.Composable) -> None:
-    conn.exec_driver_sql(statement.as_string(conn.connection.driver_connection))
 
 
 class RowFactory(factory.Factory):  # type: ignore[misc]
