@@ -67,7 +67,8 @@ def _downgrade(engine: Engine, args: argparse.Namespace) -> int:
 def _status(engine: Engine, args: argparse.Namespace) -> int:
     status = migrations.fleet_status(engine)
     print(f"head: {status.head}")
-    print(f"shared schema: {status.shared_revision or 'base'}")
+    shared_note = "" if status.shared_revision == status.head else " (not at head)"
+    print(f"shared schema: {status.shared_revision or 'base'}{shared_note}")
     for item in status.tenants:
         problems = [
             text
