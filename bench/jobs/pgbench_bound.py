@@ -1,8 +1,10 @@
 """The processing workload as a pgbench script with dms.jobs' own claim and complete SQL.
 
-One job per transaction pair: the claim (``dequeue(limit=1)``) in one autocommit transaction,
-the fenced completion (``complete``) in the next. The SQL is compiled from dms.jobs' statements
-and its parameters are replaced by pgbench literals and ``\\gset`` variables.
+One job per transaction pair: the claim as the Worker's claimer runs it (``claim_batch`` with
+``limit 1``: ``BEGIN``, the claimer's settings for the transaction, the claim, ``COMMIT``),
+then the fenced completion (``complete``) in an autocommit transaction of its own. The SQL is
+compiled from dms.jobs' statements and its parameters are replaced by pgbench literals and
+``\\gset`` variables.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def _sql(statement: Any, values: dict[str, str]) -> str:
 
 def script(kind: str) -> str:
     """The pgbench script: claim one job of ``kind``, then complete it."""
+    order = _sql(queue._claimer_settings_statement(), {})
     claim = _sql(
         queue._claim_statement(True),  # the bound runs the very same SQL
         {
@@ -56,7 +59,7 @@ def script(kind: str) -> str:
         queue._fenced_statement("complete"),
         {"job_id": ":id", "fence_worker": f"'{WORKER}'", "fence_attempt": ":attempts"},
     )
-    return f"{claim}\n\\gset\n{complete};\n"
+    return f"BEGIN;\n{order};\n{claim}\n\\gset\nCOMMIT;\n{complete};\n"
 
 
 def process(url: URL, probe: Engine, count: int, clients: int) -> float:

@@ -13,9 +13,11 @@ Concurrency rests on PostgreSQL alone:
   commits, then inserts nothing and reads the winner's job id;
 * **claims**: ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`` feeding ``UPDATE ... RETURNING`` in
   one statement, so two workers never claim the same row and never wait on each other;
+* **reclaims**: a separate statement, :func:`reclaim_expired`, puts ``running`` jobs whose lease
+  expired back to ``queued`` (or ``dead``), so the hot claim only ever scans queued rows;
 * **fencing**: an acknowledgement matches ``(id, locked_by, attempts, state = 'running')``; a
-  reclaim by another worker changes ``locked_by``/``attempts``, so the late worker matches
-  nothing and gets :class:`~dms.errors.LeaseLost`.
+  reclaimed job is ``queued`` and its next claim increments ``attempts``, so the late worker
+  matches nothing and gets :class:`~dms.errors.LeaseLost`.
 
 Transactions are expected at READ COMMITTED (PostgreSQL's default).
 """
@@ -340,37 +342,151 @@ def dequeue(
     kinds: Collection[str] | None = None,
     limit: int = 1,
     lease: timedelta = timedelta(seconds=LEASE_SECONDS),
+    reclaim: bool = True,
 ) -> list[Job]:
     """Claim up to ``limit`` runnable jobs for ``worker_id`` (of ``kinds``, default any).
 
-    Runnable: ``queued`` with ``run_at`` passed, or ``running`` with an expired lease (its
-    worker died); jobs with an expired lease come first. A claim sets ``locked_by``, the lease
-    and ``attempts + 1``, so a reclaim counts as an attempt; a job whose lease expired on its
-    last attempt goes to ``dead`` instead. Rows locked by other claims are skipped, not waited
-    for. One statement, whose text depends only on whether ``kinds`` is given (so it is prepared
-    once per connection); on an autocommit connection the claim is a single round trip. Commit
-    promptly: the claim is invisible to other workers until then.
+    Runnable: ``queued`` with ``run_at`` passed, by ``priority``, then ``run_at``. A claim sets
+    ``state = 'running'``, ``locked_by``, the lease and ``attempts + 1``. Rows locked by other
+    claims are skipped, not waited for. Commit promptly: the claim is invisible to other workers
+    until then.
+
+    With ``reclaim`` (the default), :func:`reclaim_expired` runs first, so jobs whose lease
+    expired (their worker died) are taken over by this claim: such a reclaim counts as an
+    attempt, and a job whose lease expired on its last attempt goes to ``dead`` instead. That is
+    a second, cheap statement (an index scan of the running rows); a caller that reclaims on its
+    own schedule, as :class:`~dms.jobs.Worker` does, passes ``reclaim=False`` and claims in one
+    statement, whose text depends only on whether ``kinds`` is given (so it is prepared once per
+    connection).
+
+    In a transaction, the claim runs with ``enable_sort`` off (restored afterwards), so that it
+    always walks the queue index in order and stops after ``limit`` rows, whatever the table's
+    statistics say (two more round trips); on an autocommit connection the setting would not
+    last until the claim, so the planner decides alone.
     """
     _require_name("worker_id", worker_id)
     _require_int("limit", limit, minimum=1)
     if lease <= timedelta(0):
         raise ValidationError(f"lease must be positive, not {lease}")
+    conn = _conn(target)
+    if reclaim:
+        reclaim_expired(conn, kinds=kinds)
+    if _autocommit(conn):
+        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+    previous = conn.execute(_queue_order_statement()).scalar_one()
+    try:
+        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+    finally:
+        if previous != "off":
+            conn.execute(_restore_order_statement(), {"value": previous})
+
+
+def claim_batch(
+    conn: Connection,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+) -> list[Job]:
+    """:func:`dequeue` without the reclaim, for a worker's claimer in a transaction of its own.
+
+    The caller begins and commits the transaction around it; the planner setting it makes (see
+    :func:`dequeue`) lasts until then, so nothing is restored.
+    """
+    conn.execute(_claimer_settings_statement())
+    return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+
+
+@functools.cache
+def _claimer_settings_statement() -> sa.Executable:
+    """For this transaction: ``enable_sort`` off, and commit without waiting for the WAL flush.
+
+    ``enable_sort``: see :func:`_queue_order_statement`. Asynchronous commit is safe for a claim
+    alone: a claim lost in a server crash leaves its jobs ``queued`` (claimed again, no attempt
+    counted), and the claimant's fenced acknowledgement then matches nothing; PostgreSQL flushes
+    WAL in order, so any later durable commit (a completion) makes the claim durable first.
+    """
+    return sa.select(
+        sa.func.set_config("enable_sort", "off", sa.true()),
+        sa.func.set_config("synchronous_commit", "off", sa.true()),
+    )
+
+
+def _autocommit(conn: Connection) -> bool:
+    driver = conn.connection.driver_connection
+    return bool(getattr(driver, "autocommit", False))
+
+
+def _claim(
+    conn: Connection,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+) -> list[Job]:
     params: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "lease": lease}
     if kinds is not None:
         params["kinds"] = list(kinds)
-    rows = _conn(target).execute(_claim_statement(kinds is not None), params).all()
+    rows = conn.execute(_claim_statement(kinds is not None), params).all()
     claimed = [_job(row) for row in rows]
+    # UPDATE ... RETURNING returns rows in no particular order; callers run them in queue order.
     return sorted(claimed, key=lambda job: (job.priority, job.run_at, str(job.id)))
+
+
+@functools.cache
+def _queue_order_statement() -> sa.Executable:
+    """``SET LOCAL enable_sort = off``, returning the previous value.
+
+    A materialized CTE reads the previous value before the change. The claim's only sort-free
+    plan is the ordered scan of ``ix_processing_jobs_dequeue`` that stops after ``limit`` rows.
+    With statistics taken while the queue was nearly empty (a fresh table, or a burst of jobs
+    since the last ANALYZE) the planner otherwise picks a bitmap scan and sorts every queued row
+    on each claim: 13 ms instead of 0.1 ms for 20,000 queued jobs, measured.
+    ``set_config(..., is_local => true)`` ends with the transaction, so it leaves no session
+    state (PgBouncer in transaction mode is fine).
+    """
+    previous = (
+        sa.select(sa.func.current_setting("enable_sort").label("value"))
+        .cte("previous")
+        .prefix_with("MATERIALIZED")
+    )
+    return sa.select(previous.c.value, sa.func.set_config("enable_sort", "off", sa.true()))
+
+
+@functools.cache
+def _restore_order_statement() -> sa.Executable:
+    value = sa.bindparam("value", type_=sa.Text)
+    return sa.select(sa.func.set_config("enable_sort", value, sa.true()))
+
+
+def reclaim_expired(
+    target: Executor, *, kinds: Collection[str] | None = None, limit: int = 1000
+) -> list[Job]:
+    """Take back up to ``limit`` running jobs (of ``kinds``) whose lease expired; return them.
+
+    Their worker died or stalled past its lease. Each such lease counts as the attempt it was:
+    the job gets the error ``lease of worker W expired during attempt N`` (as ``last_error``
+    and in its ``errors`` history) and goes back to ``queued`` (``run_at`` unchanged, so it is
+    claimed again before newer jobs), or to ``dead`` when that was its last attempt, so a job
+    that kills its worker every time ends in the dead letter. The next claim increments
+    ``attempts``, so the old worker's fence ``(id, locked_by, attempts, running)`` no longer
+    matches and its late acknowledgements raise :class:`~dms.errors.LeaseLost` (already now:
+    the job is no longer ``running``). Rows locked by others are skipped, not waited for.
+    """
+    _require_int("limit", limit, minimum=1)
+    params: dict[str, Any] = {"limit": limit}
+    if kinds is not None:
+        params["kinds"] = list(kinds)
+    rows = _conn(target).execute(_reclaim_statement(kinds is not None), params).all()
+    return [_job(row) for row in rows]
 
 
 def _of_kinds(filtered: bool) -> sa.ColumnElement[bool]:
     if not filtered:
         return sa.true()
     return jobs.c.kind == sa.any_(sa.bindparam("kinds", type_=ARRAY(sa.Text)))
-
-
-def _lease_expired() -> sa.ColumnElement[bool]:
-    return sa.and_(jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < sa.func.now())
 
 
 def _history_entry(error: sa.ColumnElement[Any] | str) -> sa.ColumnElement[Any]:
@@ -393,45 +509,48 @@ def _lease_expiry_message() -> sa.ColumnElement[str]:
     )
 
 
-def _bury_exhausted(filtered: bool) -> sa.CTE:
-    """Send jobs whose lease expired on their last attempt to ``dead``.
+@functools.cache
+def _reclaim_statement(filtered: bool) -> sa.Executable:
+    """``WITH expired AS (SELECT id ... FOR UPDATE SKIP LOCKED) UPDATE ... FROM expired``.
 
-    A job that kills its worker every time must end in the dead letter, not retry for ever.
-    A data-modifying CTE of the claim statement: it touches only rows the claim leaves alone
-    (``attempts >= max_attempts``), and saves the claim a round trip.
+    Served by ``ix_processing_jobs_lease`` (running rows only): cheap when nothing expired.
     """
-    exhausted = (
+    expired = (
         sa.select(jobs.c.id)
-        .where(_lease_expired(), jobs.c.attempts >= jobs.c.max_attempts, _of_kinds(filtered))
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.lease_expires_at < sa.func.now(),
+            _of_kinds(filtered),
+        )
+        .order_by(jobs.c.lease_expires_at)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
         .with_for_update(skip_locked=True)
+        .cte("expired")
     )
+    exhausted = jobs.c.attempts >= jobs.c.max_attempts
     return (
         sa.update(jobs)
-        .where(jobs.c.id.in_(exhausted.scalar_subquery()))
+        .where(jobs.c.id == expired.c.id)
         .values(
-            state=JobState.DEAD.value,
+            state=sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
+            finished_at=sa.case((exhausted, sa.func.now()), else_=None),
             lease_expires_at=None,
-            finished_at=sa.func.now(),
             last_error=_lease_expiry_message(),
             errors=_history_entry(_lease_expiry_message()),
         )
-        .returning(jobs.c.id)
-        .cte("buried")
+        .returning(*jobs.c)
     )
 
 
 @functools.cache
 def _claim_statement(filtered: bool) -> sa.Executable:
-    limit = sa.bindparam("limit", type_=sa.Integer)
-    expired = (
-        sa.select(jobs.c.id)
-        .where(_lease_expired(), jobs.c.attempts < jobs.c.max_attempts, _of_kinds(filtered))
-        .order_by(jobs.c.lease_expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .cte("expired")
-    )
-    runnable = (
+    """``WITH picked AS (SELECT id ... LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... FROM picked``.
+
+    The hot path, kept to one index scan of ``ix_processing_jobs_dequeue`` (queued rows only, in
+    claim order) and a primary-key join: no expired-lease branch (see :func:`reclaim_expired`),
+    no per-row CASE, no ``IN (subquery)`` hashing.
+    """
+    picked = (
         sa.select(jobs.c.id)
         .where(
             jobs.c.state == JobState.QUEUED.value,
@@ -439,27 +558,19 @@ def _claim_statement(filtered: bool) -> sa.Executable:
             _of_kinds(filtered),
         )
         .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
-        .limit(limit)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
         .with_for_update(skip_locked=True)
-        .cte("runnable")
+        .cte("picked")
     )
-    candidates = sa.union_all(sa.select(expired.c.id), sa.select(runnable.c.id)).subquery()
-    picked = sa.select(candidates.c.id).limit(limit)
-    was_running = jobs.c.state == JobState.RUNNING.value
     return (
         sa.update(jobs)
-        .add_cte(_bury_exhausted(filtered))
-        .where(jobs.c.id.in_(picked.scalar_subquery()))
+        .where(jobs.c.id == picked.c.id)
         .values(
             state=JobState.RUNNING.value,
             attempts=jobs.c.attempts + 1,
             locked_by=sa.bindparam("worker_id", type_=sa.Text),
             lease_expires_at=sa.func.now() + sa.bindparam("lease", type_=sa.Interval),
             started_at=sa.func.now(),
-            last_error=sa.case((was_running, _lease_expiry_message()), else_=jobs.c.last_error),
-            errors=sa.case(
-                (was_running, _history_entry(_lease_expiry_message())), else_=jobs.c.errors
-            ),
         )
         .returning(*jobs.c)
     )

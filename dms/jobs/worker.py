@@ -6,13 +6,17 @@
     worker.run_until_stopped()        # blocks; SIGTERM or SIGINT stop it gracefully
 
 Threads of a worker: a **claimer** keeps a local queue filled, claiming up to ``batch_size``
-jobs per statement (never holding more than twice ``concurrency``); ``concurrency`` **runner**
-threads run one job each, its handler inside a :class:`~dms.uow.UnitOfWork` of the job's tenant;
-an **acknowledger** completes jobs many at a time with :func:`~dms.jobs.complete_many`; a
-**listener** (``LISTEN`` on a dedicated autocommit connection) wakes the claimer as soon as a job
-is enqueued, while polling every ``poll_seconds`` keeps working without it (behind PgBouncer in
-transaction mode pass ``listen=False`` or a direct ``listen_url``); a **heartbeat** renews the
-leases of held jobs every third of the lease, so long jobs keep them.
+jobs per statement (:func:`~dms.jobs.claim_batch`), holding at most ``concurrency +
+prefetch`` unfinished jobs; it also takes back jobs whose lease expired
+(:func:`~dms.jobs.reclaim_expired`) every quarter of the lease and whenever a claim finds the
+queue empty, so that the claim itself stays one ordered index scan of queued rows;
+``concurrency`` **runner** threads run one job each, its handler inside a
+:class:`~dms.uow.UnitOfWork` of the job's tenant; an **acknowledger** completes jobs many at a
+time with :func:`~dms.jobs.complete_many`; a **listener** (``LISTEN`` on a dedicated
+autocommit connection) wakes the claimer as soon as a job is enqueued, while polling every
+``poll_seconds`` keeps working without it (behind PgBouncer in transaction mode pass
+``listen=False`` or a direct ``listen_url``); a **heartbeat** renews the leases of held jobs
+every third of the lease, so long jobs keep them.
 
 A handler that executes anything on its unit of work has its job completed on that same unit of
 work before the commit: the handler's writes and the job's ``done`` commit together or not at
@@ -51,17 +55,19 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import URL, Connection, Engine
 
+from dms.config import Settings
 from dms.errors import LeaseLost, ValidationError
 from dms.jobs.backoff import Backoff
-from dms.jobs.model import Job
+from dms.jobs.model import Job, JobState
 from dms.jobs.queue import (
     LEASE_SECONDS,
     NOTIFY_CHANNEL,
+    claim_batch,
     complete,
     complete_many,
-    dequeue,
     fail,
     heartbeat,
+    reclaim_expired,
     release,
 )
 from dms.uow import UnitOfWork
@@ -76,8 +82,8 @@ POLL_SECONDS = 2.0
 GRACE_SECONDS = 30.0
 #: Most jobs claimed by one statement, and completed by one statement, by default.
 BATCH_SIZE = 100
-#: Jobs a worker holds (running or waiting for a runner), per unit of ``concurrency``.
-_HELD_PER_SLOT = 2
+#: Jobs a worker claims ahead of its runner threads, by default.
+PREFETCH = 100
 #: Seconds between checks for a stop by idle runner and acknowledger threads.
 _IDLE_CHECK_SECONDS = 0.5
 #: Seconds to wait before retrying after a database error, doubled up to this many times.
@@ -101,6 +107,9 @@ class Worker:
     (``kinds`` names more than ``handlers``) goes to the dead letter at once with an error
     naming the kind: no retry on this worker could run it; requeue it once a worker can.
     ``backoff`` sets retry policies per kind (a job's own policy still wins).
+    ``prefetch``: jobs claimed ahead of the runners (default :data:`PREFETCH`); many short
+    jobs want it large (fewer, larger claims), long jobs shared by several worker processes
+    want it small (a prefetched job waits for a runner of this worker only).
     """
 
     def __init__(
@@ -118,6 +127,7 @@ class Worker:
         listen_url: str | URL | None = None,
         name: str | None = None,
         batch_size: int = BATCH_SIZE,
+        prefetch: int = PREFETCH,
     ) -> None:
         """Configure the worker; nothing runs before :meth:`start`."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -126,16 +136,25 @@ class Worker:
             raise ValidationError("every handler must be callable")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValidationError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValidationError(f"prefetch must be a non-negative integer, not {prefetch!r}")
         if lease <= timedelta(0) or poll_seconds <= 0 or grace_seconds < 0:
             raise ValidationError("lease and poll_seconds must be positive, grace_seconds >= 0")
         self._engine = engine
+        # Read once: reading the environment per job's unit of work was a third of the Python
+        # time of a no-op job (profile in bench/README.md).
+        self._settings = Settings.from_env()
         self._handlers = dict(handlers)
         self._kinds = tuple(sorted(set(handlers) if kinds is None else set(kinds)))
         if not self._kinds:
             raise ValidationError("the worker has no kinds to work: give handlers or kinds")
         self._concurrency = concurrency
         self._batch_size = batch_size
-        self._capacity = _HELD_PER_SLOT * concurrency
+        # Held at most: one job per runner plus the prefetched ones waiting for a runner.
+        self._capacity = concurrency + prefetch
+        # Claim only once this much room is free: a busy worker claims in large batches
+        # instead of one statement per finished job.
+        self._claim_at = max(1, min(batch_size, self._capacity // 2))
         self._lease = lease
         self._poll_seconds = poll_seconds
         self._grace_seconds = grace_seconds
@@ -148,6 +167,7 @@ class Worker:
         self._generation = 0
         self._in_flight: dict[uuid.UUID, Job] = {}  # held: claimed, not yet settled
         self._running: dict[uuid.UUID, Job] = {}  # handed to a runner thread
+        self._acking = 0  # of those in flight: finished, waiting for the acknowledger
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._ready: queue.SimpleQueue[Job] = queue.SimpleQueue()
@@ -268,9 +288,17 @@ class Worker:
     # --- claiming -----------------------------------------------------------------------
 
     def _fetch(self, name: str) -> None:
-        """The claimer: keep the local queue filled, one claim statement per batch."""
-        session = _AutocommitSession(self._engine)
+        """The claimer: keep the local queue filled, one claim statement per batch.
+
+        It also takes back jobs whose lease expired (:func:`~dms.jobs.reclaim_expired`), every
+        quarter of the lease and, at most once a poll interval, whenever a claim finds nothing:
+        the claim itself stays one index scan of queued rows.
+        """
+        # Not autocommit: a claim runs in a short transaction of its own (see claim_batch).
+        session = _HeldSession(self._engine, autocommit=False)
         failures = 0
+        reclaim_every = self._lease.total_seconds() / 4
+        last_reclaim = -float("inf")
         try:
             while not self._stopping.is_set():
                 seen = self._generation
@@ -278,7 +306,15 @@ class Worker:
                 if wanted == 0:
                     continue
                 try:
-                    claimed = session.run(partial(self._claim, limit=min(wanted, self._batch_size)))
+                    if time.monotonic() - last_reclaim >= reclaim_every:
+                        last_reclaim = time.monotonic()
+                        session.run(self._reclaim)
+                    limit = min(wanted, self._batch_size)
+                    claimed = session.run(partial(self._claim, limit=limit))
+                    if not claimed and time.monotonic() - last_reclaim >= self._poll_seconds:
+                        last_reclaim = time.monotonic()
+                        if session.run(self._reclaim):
+                            continue  # jobs came back to the queue: claim them now
                 except sa.exc.DBAPIError as exc:
                     failures += 1
                     log.warning("worker %s: claim failed (%s); retrying", name, exc.orig)
@@ -286,24 +322,50 @@ class Worker:
                     continue
                 failures = 0
                 self._hand_out(claimed)
-                if len(claimed) < wanted:
+                if len(claimed) < limit:  # the queue is drained: sleep until told or polling
                     self._wait_for_work(seen)
         finally:
             session.close()
 
     def _claim(self, conn: Connection, *, limit: int) -> list[Job]:
-        return dequeue(conn, self.name, kinds=self._kinds, limit=limit, lease=self._lease)
+        with conn.begin():
+            return claim_batch(conn, self.name, kinds=self._kinds, limit=limit, lease=self._lease)
+
+    def _reclaim(self, conn: Connection) -> bool:
+        """Take back expired leases of this worker's kinds; True if any job is queued again."""
+        with conn.begin():
+            reclaimed = reclaim_expired(conn, kinds=self._kinds)
+        for job in reclaimed:
+            log.warning(
+                "worker %s: lease of job %s (worker %s, attempt %d) expired; now %s",
+                self.name,
+                job.id,
+                job.locked_by,
+                job.attempts,
+                job.state.value,
+            )
+        return any(job.state is JobState.QUEUED for job in reclaimed)
 
     def _wait_for_room(self) -> int:
-        """Block until fewer than ``capacity`` jobs are held; how many more may be claimed."""
+        """Block until a claim's worth of room is free; how many more jobs may be claimed."""
         with self._room:
             self._room.wait_for(
-                lambda: len(self._in_flight) < self._capacity or self._stopping.is_set(),
+                lambda: self._room_left() >= self._claim_at or self._stopping.is_set(),
                 timeout=self._poll_seconds,
             )
             if self._stopping.is_set():
                 return 0
-            return max(0, self._capacity - len(self._in_flight))
+            return max(0, self._room_left())
+
+    def _room_left(self) -> int:
+        """Jobs that may be claimed now (call with the lock held).
+
+        Jobs that finished and only wait for the acknowledger need no runner: they do not count
+        against ``capacity``, so the next claim overlaps the completion of the previous batch
+        instead of waiting for its commit. At most one batch of them is allowed on top.
+        """
+        held = len(self._in_flight)
+        return min(self._capacity - (held - self._acking), self._capacity + self._batch_size - held)
 
     def _hand_out(self, claimed: list[Job]) -> None:
         with self._lock:
@@ -345,6 +407,9 @@ class Worker:
             self._take_in_flight_job(job)
         elif self._run_handler(handler, job):
             # Stays in flight (its lease renewed) until the acknowledger has completed it.
+            with self._room:
+                self._acking += 1
+                self._room.notify()
             self._acks.put(job)
         else:
             self._take_in_flight_job(job)
@@ -356,7 +421,7 @@ class Worker:
         transaction, so its writes and the completion commit together or not at all.
         """
         try:
-            with _LazyUnitOfWork(self._engine, tenant=job.tenant) as uow:
+            with _LazyUnitOfWork(self._engine, tenant=job.tenant, settings=self._settings) as uow:
                 handler(uow, job)
                 if not _used(uow):
                     return True
@@ -384,7 +449,7 @@ class Worker:
 
     def _acknowledge(self, name: str) -> None:
         """The acknowledger: complete deferred jobs, many per fenced statement."""
-        session = _AutocommitSession(self._engine)
+        session = _HeldSession(self._engine)
         try:
             while True:
                 try:
@@ -403,7 +468,7 @@ class Worker:
         finally:
             session.close()
 
-    def _complete(self, session: _AutocommitSession, batch: list[Job]) -> None:
+    def _complete(self, session: _HeldSession, batch: list[Job]) -> None:
         """Complete ``batch``; if it cannot be recorded, the leases expire and the jobs rerun."""
         try:
             for attempt in range(1, _SETTLE_TRIES + 1):
@@ -421,8 +486,11 @@ class Worker:
                     log.warning("worker %s: complete of job %s: lease lost", self.name, job.id)
                 return
         finally:
-            for job in batch:
-                self._take_in_flight_job(job)
+            with self._room:
+                for job in batch:
+                    self._in_flight.pop(job.id, None)
+                self._acking -= len(batch)
+                self._room.notify()
 
     def _record_failure(self, job: Job, exc: BaseException) -> None:
         backoff = self._backoff.get(job.kind)
@@ -513,20 +581,26 @@ class Worker:
             log.warning("worker %s: heartbeat of job %s failed: %s", self.name, job.id, exc.orig)
 
 
-class _AutocommitSession:
-    """A connection held by one thread for its single-statement work, replaced after an error.
+class _HeldSession:
+    """A connection held by one thread for its own statements, replaced after an error.
 
-    Autocommit: a claim or a batched completion is one statement, hence one round trip, and a
-    held connection pays neither a pool checkout nor a pre-ping per statement.
+    A held connection pays neither a pool checkout nor a pre-ping per statement. Autocommit
+    (the acknowledger's): a batched completion is one statement, hence one round trip. Without
+    it (the claimer's), the caller begins and commits its transactions.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, autocommit: bool = True) -> None:
         self._engine = engine
+        self._autocommit = autocommit
         self._conn: Connection | None = None
 
     def run(self, statement: Callable[[Connection], _T]) -> _T:
+        """Run ``statement`` on the held connection (opened if needed); drop it on errors."""
         if self._conn is None:
-            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            conn = self._engine.connect()
+            self._conn = (
+                conn.execution_options(isolation_level="AUTOCOMMIT") if self._autocommit else conn
+            )
         try:
             return statement(self._conn)
         except sa.exc.DBAPIError:
