@@ -2,7 +2,9 @@
 
 One job per transaction pair: the claim as the Worker's claimer runs it (``claim_batch`` with
 ``limit 1``: ``BEGIN``, the claimer's settings for the transaction, the claim, ``COMMIT``),
-then the fenced completion (``complete``) in an autocommit transaction of its own. The SQL is
+then the fenced completion (``complete``) in an autocommit transaction of its own. Between
+the two, a statement without a table reads the job's id and attempt out of the claim's JSON
+document, as the Worker does in Python. The SQL is
 compiled from dms.jobs' statements and its parameters are replaced by pgbench literals and
 ``\\gset`` variables.
 """
@@ -59,7 +61,13 @@ def script(kind: str) -> str:
         queue._fenced_statement("complete"),
         {"job_id": ":id", "fence_worker": f"'{WORKER}'", "fence_attempt": ":attempts"},
     )
-    return f"BEGIN;\n{order};\n{claim}\n\\gset\nCOMMIT;\n{complete};\n"
+    # The claim returns its jobs as one JSON document (dms.jobs.wire); pgbench reads the id and
+    # attempt of the job out of it with one more statement, outside the transactions.
+    read = (
+        "SELECT job ->> 0 AS id, (job ->> 5)::int AS attempts"
+        " FROM json_array_elements((:document)::json -> 2) AS job"
+    )
+    return f"BEGIN;\n{order};\n{claim}\n\\gset\nCOMMIT;\n{read}\n\\gset\n{complete};\n"
 
 
 def process(url: URL, probe: Engine, count: int, clients: int) -> float:

@@ -227,3 +227,19 @@ def test_stats_count_by_tenant_kind_and_state(engine: Engine, tenant: str, kind:
 def test_get_of_an_unknown_job_raises_not_found(engine: Engine) -> None:
     with engine.connect() as conn, pytest.raises(NotFound):
         jobs.get(conn, uuid.uuid4())
+
+
+def test_a_keyed_batch_with_an_unknown_tenant_writes_nothing(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    batch = [
+        jobs.NewJob(kind=kind, payload={}, tenant=tenant, idempotency_key="mine"),
+        jobs.NewJob(kind=kind, payload={}, tenant="ghost", idempotency_key="theirs"),
+    ]
+    with engine.begin() as conn:
+        with pytest.raises(TenantNotFound, match="ghost"):
+            jobs.enqueue_many(conn, batch)
+        # The transaction is still usable, and holds neither a job nor a key of the batch.
+        assert count_jobs(conn, kind) == 0
+        keys = conn.scalar(sa.select(sa.func.count()).where(job_idempotency_keys.c.kind == kind))
+        assert keys == 0
