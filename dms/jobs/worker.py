@@ -70,6 +70,7 @@ from dms.jobs.queue import (
     reclaim_expired,
     release,
 )
+from dms.jobs.window import Window
 from dms.uow import UnitOfWork
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,14 @@ POLL_SECONDS = 2.0
 #: Seconds that running jobs get to finish after a stop before they are released.
 GRACE_SECONDS = 30.0
 #: Most jobs claimed by one statement, and completed by one statement, by default.
-BATCH_SIZE = 100
-#: Jobs a worker claims ahead of its runner threads, by default.
-PREFETCH = 100
+BATCH_SIZE = 500
+#: Most jobs a worker claims ahead of its runner threads, by default (see :mod:`.window`).
+PREFETCH = 1000
+#: Claimer threads, each with its own connection: while one claim waits for PostgreSQL, the
+#: other's rows are decoded (bench/README.md).
+_CLAIMERS = 2
+#: Acknowledger threads, each with its own connection, for the same reason.
+_ACKNOWLEDGERS = 1
 #: Seconds between checks for a stop by idle runner and acknowledger threads.
 _IDLE_CHECK_SECONDS = 0.5
 #: Seconds to wait before retrying after a database error, doubled up to this many times.
@@ -107,9 +113,11 @@ class Worker:
     (``kinds`` names more than ``handlers``) goes to the dead letter at once with an error
     naming the kind: no retry on this worker could run it; requeue it once a worker can.
     ``backoff`` sets retry policies per kind (a job's own policy still wins).
-    ``prefetch``: jobs claimed ahead of the runners (default :data:`PREFETCH`); many short
-    jobs want it large (fewer, larger claims), long jobs shared by several worker processes
-    want it small (a prefetched job waits for a runner of this worker only).
+    ``prefetch``: most jobs claimed ahead of the runners (default :data:`PREFETCH`). Within
+    it, the worker claims ahead what its runners finish in a few claim round trips at their
+    current pace, and at least one job per runner (:mod:`dms.jobs.window`): many short jobs
+    get large claims, long jobs are not hoarded (a job claimed ahead waits for a runner of
+    this worker only). ``batch_size``: most jobs per claim or completion statement.
     """
 
     def __init__(
@@ -150,11 +158,7 @@ class Worker:
             raise ValidationError("the worker has no kinds to work: give handlers or kinds")
         self._concurrency = concurrency
         self._batch_size = batch_size
-        # Held at most: one job per runner plus the prefetched ones waiting for a runner.
-        self._capacity = concurrency + prefetch
-        # Claim only once this much room is free: a busy worker claims in large batches
-        # instead of one statement per finished job.
-        self._claim_at = max(1, min(batch_size, self._capacity // 2))
+        self._window = Window(floor=concurrency, ceiling=prefetch, now=time.monotonic())
         self._lease = lease
         self._poll_seconds = poll_seconds
         self._grace_seconds = grace_seconds
@@ -165,16 +169,19 @@ class Worker:
         self._stop_requested = threading.Event()
         self._wakeup = threading.Condition()
         self._generation = 0
-        self._in_flight: dict[uuid.UUID, Job] = {}  # held: claimed, not yet settled
-        self._running: dict[uuid.UUID, Job] = {}  # handed to a runner thread
+        self._in_flight: dict[int, Job] = {}  # held: claimed, not yet settled; by _key
+        self._running: dict[int, Job] = {}  # handed to a runner thread; by _key
         self._acking = 0  # of those in flight: finished, waiting for the acknowledger
+        self._finished = 0  # jobs whose handler returned, since the start
+        self._claiming = 0  # room reserved by claims under way
+        self._waiting_claimers = 0  # claimers waiting for room
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._ready: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._acks: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slots_done = threading.Event()
         self._slots: list[threading.Thread] = []
-        self._acknowledger: threading.Thread | None = None
+        self._acknowledgers: list[threading.Thread] = []
         self._helpers: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -187,9 +194,11 @@ class Worker:
             self._thread(self._run_slot, f"{self.name}/{index}")
             for index in range(self._concurrency)
         ]
-        self._acknowledger = self._thread(self._acknowledge, f"{self.name}/ack")
+        self._acknowledgers = [
+            self._thread(self._acknowledge, f"{self.name}/ack{n}") for n in range(_ACKNOWLEDGERS)
+        ]
         self._helpers = [
-            self._thread(self._fetch, f"{self.name}/claim"),
+            *(self._thread(self._fetch, f"{self.name}/claim{n}") for n in range(_CLAIMERS)),
             self._thread(self._renew_leases, f"{self.name}/heartbeat"),
         ]
         if self._listen_url is not None:
@@ -219,8 +228,8 @@ class Worker:
         # Finished jobs waiting for their batched completion are completed before the rest
         # (jobs still running past the grace period, jobs never started) is released.
         self._slots_done.set()
-        if self._acknowledger is not None:
-            self._acknowledger.join(timeout=max(1.0, deadline - time.monotonic()))
+        for thread in self._acknowledgers:
+            thread.join(timeout=max(1.0, deadline - time.monotonic()))
         for job in self._take_in_flight():
             self._settle(job, "release", _releasing(job))
         for thread in self._helpers:
@@ -232,7 +241,7 @@ class Worker:
         A handler that overran the grace period keeps its thread alive until it returns.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        threads = (*self._slots, *self._helpers, *filter(None, [self._acknowledger]))
+        threads = (*self._slots, *self._helpers, *self._acknowledgers)
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in threads)
@@ -288,7 +297,7 @@ class Worker:
     # --- claiming -----------------------------------------------------------------------
 
     def _fetch(self, name: str) -> None:
-        """The claimer: keep the local queue filled, one claim statement per batch.
+        """A claimer: keep the local queue filled, one claim statement per batch.
 
         It also takes back jobs whose lease expired (:func:`~dms.jobs.reclaim_expired`), every
         quarter of the lease and, at most once a poll interval, whenever a claim finds nothing:
@@ -302,15 +311,15 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 seen = self._generation
-                wanted = self._wait_for_room()
-                if wanted == 0:
+                limit = self._reserve_room()
+                if limit == 0:
                     continue
+                claimed: list[Job] = []
                 try:
                     if time.monotonic() - last_reclaim >= reclaim_every:
                         last_reclaim = time.monotonic()
                         session.run(self._reclaim)
-                    limit = min(wanted, self._batch_size)
-                    claimed = session.run(partial(self._claim, limit=limit))
+                    claimed = self._timed_claim(session, limit)
                     if not claimed and time.monotonic() - last_reclaim >= self._poll_seconds:
                         last_reclaim = time.monotonic()
                         if session.run(self._reclaim):
@@ -320,12 +329,20 @@ class Worker:
                     log.warning("worker %s: claim failed (%s); retrying", name, exc.orig)
                     self._stopping.wait(_RETRY_SECONDS * 2 ** min(failures, _RETRY_DOUBLINGS))
                     continue
+                finally:
+                    self._hand_out(claimed, reserved=limit)
                 failures = 0
-                self._hand_out(claimed)
                 if len(claimed) < limit:  # the queue is drained: sleep until told or polling
                     self._wait_for_work(seen)
         finally:
             session.close()
+
+    def _timed_claim(self, session: _HeldSession, limit: int) -> list[Job]:
+        started = time.monotonic()
+        claimed = session.run(partial(self._claim, limit=limit))
+        with self._lock:
+            self._window.round_trip(time.monotonic() - started)
+        return claimed
 
     def _claim(self, conn: Connection, *, limit: int) -> list[Job]:
         with conn.begin():
@@ -346,33 +363,65 @@ class Worker:
             )
         return any(job.state is JobState.QUEUED for job in reclaimed)
 
-    def _wait_for_room(self) -> int:
-        """Block until a claim's worth of room is free; how many more jobs may be claimed."""
+    def _reserve_room(self) -> int:
+        """Block until a claim's worth of room is free, and reserve it for one claim.
+
+        Returns how many jobs the claim may take (0 when stopping). The reservation lets several
+        claimers claim at once without together exceeding the room; :meth:`_hand_out` returns it.
+        """
         with self._room:
-            self._room.wait_for(
-                lambda: self._room_left() >= self._claim_at or self._stopping.is_set(),
-                timeout=self._poll_seconds,
-            )
+            self._window.finished(self._finished, time.monotonic())
+            self._waiting_claimers += 1
+            try:
+                self._room.wait_for(
+                    lambda: self._room_left() >= self._claim_at() or self._stopping.is_set(),
+                    timeout=self._poll_seconds,
+                )
+            finally:
+                self._waiting_claimers -= 1
             if self._stopping.is_set():
                 return 0
-            return max(0, self._room_left())
+            limit = min(self._batch_size, max(0, self._room_left()))
+            self._claiming += limit
+            return limit
+
+    def _capacity(self) -> int:
+        """Unfinished jobs to hold: one per runner plus those claimed ahead (lock held)."""
+        return self._concurrency + self._window.ahead
+
+    def _claim_at(self) -> int:
+        """Room for a claim (lock held): half the capacity, so that claims come in batches."""
+        return max(1, min(self._batch_size, self._capacity() // 2))
 
     def _room_left(self) -> int:
         """Jobs that may be claimed now (call with the lock held).
 
         Jobs that finished and only wait for the acknowledger need no runner: they do not count
-        against ``capacity``, so the next claim overlaps the completion of the previous batch
-        instead of waiting for its commit. At most one batch of them is allowed on top.
+        against the capacity, so the next claim overlaps the completion of earlier ones instead
+        of waiting for their commit. At most a capacity's worth of them is allowed on top.
         """
-        held = len(self._in_flight)
-        return min(self._capacity - (held - self._acking), self._capacity + self._batch_size - held)
+        held = len(self._in_flight) + self._claiming
+        capacity = self._capacity()
+        return min(capacity - (held - self._acking), 2 * capacity - held)
 
-    def _hand_out(self, claimed: list[Job]) -> None:
+    def _hand_out(self, claimed: list[Job], *, reserved: int) -> None:
         with self._lock:
+            self._claiming -= reserved
             for job in claimed:
-                self._in_flight[job.id] = job
+                self._in_flight[_key(job)] = job
+            if len(claimed) < reserved:
+                self._wake_claimers()  # room the claim did not use: another claimer may
         for job in claimed:
             self._ready.put(job)
+
+    def _wake_claimers(self) -> None:
+        """Wake waiting claimers once a claim's worth of room is free (call with the lock held).
+
+        Not at every finished job: a claimer woken for less would only go back to sleep, and
+        those wake-ups (a thread switch each, under the GIL) cost more than the job itself.
+        """
+        if self._waiting_claimers and self._room_left() >= self._claim_at():
+            self._room.notify_all()
 
     # --- running ------------------------------------------------------------------------
 
@@ -391,28 +440,36 @@ class Worker:
 
     def _process(self, job: Job) -> None:
         with self._lock:
-            self._running[job.id] = job
+            self._running[_key(job)] = job
+        deferred = False
         try:
-            self._settle_run(job)
+            deferred = self._settle_run(job)
         finally:
-            with self._lock:
-                self._running.pop(job.id, None)
+            self._finish(job, deferred=deferred)
 
-    def _settle_run(self, job: Job) -> None:
+    def _settle_run(self, job: Job) -> bool:
+        """Run ``job`` and record its outcome; True if its completion waits for the acknowledger."""
         handler = self._handlers.get(job.kind)
-        if handler is None:
-            known = ", ".join(sorted(self._handlers)) or "none"
-            error = f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
-            self._settle(job, "fail", lambda conn: fail(conn, job, error, retry=False))
-            self._take_in_flight_job(job)
-        elif self._run_handler(handler, job):
-            # Stays in flight (its lease renewed) until the acknowledger has completed it.
-            with self._room:
+        if handler is not None:
+            return self._run_handler(handler, job)
+        known = ", ".join(sorted(self._handlers)) or "none"
+        error = f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
+        self._settle(job, "fail", lambda conn: fail(conn, job, error, retry=False))
+        return False
+
+    def _finish(self, job: Job, *, deferred: bool) -> None:
+        """Pass a job whose handler returned to the acknowledger (``deferred``), or let it go."""
+        with self._lock:
+            del self._running[_key(job)]
+            self._finished += 1
+            if deferred:
+                # Stays in flight (its lease renewed) until the acknowledger has completed it.
                 self._acking += 1
-                self._room.notify()
+            else:
+                self._in_flight.pop(_key(job), None)  # stop() may have taken it already
+            self._wake_claimers()
+        if deferred:
             self._acks.put(job)
-        else:
-            self._take_in_flight_job(job)
 
     def _run_handler(self, handler: Handler, job: Job) -> bool:
         """Run ``handler``; True if it succeeded without using the database (completion deferred).
@@ -459,7 +516,8 @@ class Worker:
                         return
                     continue
                 batch = [first]
-                while len(batch) < self._batch_size:
+                # All that waits, up to a batch: one statement for it all.
+                while len(batch) < 2 * self._batch_size:
                     try:
                         batch.append(self._acks.get_nowait())
                     except queue.Empty:
@@ -486,11 +544,11 @@ class Worker:
                     log.warning("worker %s: complete of job %s: lease lost", self.name, job.id)
                 return
         finally:
-            with self._room:
+            with self._lock:
                 for job in batch:
-                    self._in_flight.pop(job.id, None)
+                    self._in_flight.pop(_key(job), None)
                 self._acking -= len(batch)
-                self._room.notify()
+                self._wake_claimers()
 
     def _record_failure(self, job: Job, exc: BaseException) -> None:
         backoff = self._backoff.get(job.kind)
@@ -520,9 +578,9 @@ class Worker:
                 return
 
     def _take_in_flight_job(self, job: Job) -> None:
-        with self._room:
-            self._in_flight.pop(job.id, None)
-            self._room.notify()
+        with self._lock:
+            self._in_flight.pop(_key(job), None)
+            self._wake_claimers()
 
     def _take_in_flight(self) -> list[Job]:
         with self._lock:
@@ -651,6 +709,15 @@ def _used(uow: _LazyUnitOfWork) -> bool:
     return isinstance(driver, psycopg.Connection) and (
         driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
     )
+
+
+def _key(job: Job) -> int:
+    """The key of ``job`` in the worker's tables: its id as an integer.
+
+    Hashing a ``uuid.UUID`` runs Python code (``UUID.__hash__``); an ``int`` hashes in C, and
+    a job is looked up four times on its way through a worker.
+    """
+    return job.id.int
 
 
 def _releasing(job: Job) -> Callable[[Connection], Job]:
