@@ -7,6 +7,7 @@ a traceback means a bug.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -119,6 +120,10 @@ def _worker(engine: Engine, args: argparse.Namespace) -> int:
         lease=timedelta(seconds=args.lease),
     )
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
+    # Everything this process needs is loaded: keep the collector's full passes off those
+    # objects (docs/jobs.md, "Running workers in production").
+    gc.collect()
+    gc.freeze()
     worker.run_until_stopped()
     print("worker stopped")
     return EXIT_OK

@@ -204,10 +204,11 @@ def _targets(figures: Figures) -> list[str]:
     if DMS in p99:
         met = "yes" if p99[DMS] <= 5 else "no"
         lines.append(f"| p99 enqueue-to-start ≤ 5 ms | {p99[DMS]:.2f} ms | {met} |")
-    fin = list(v.get(FINISHED, {}).values())
+    fin = list(v.get(FINISHED, {}).items())
     if len(fin) == 2:
-        met = "yes" if fin[1] >= 0.9 * fin[0] else "no"
-        lines.append(f"| 1,000,000 finished rows ≥ 90% of empty | {fin[1] / fin[0]:.0%} | {met} |")
+        (_, empty), (full_name, full) = fin
+        met = "yes" if full >= 0.9 * empty else "no"
+        lines.append(f"| {full_name} ≥ 90% of empty | {full / empty:.0%} | {met} |")
     return [*lines, ""]
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.engine import Connection, Row
@@ -445,17 +446,46 @@ def claim_batch(
     limit: int,
     lease: timedelta,
 ) -> list[Job]:
-    """:func:`dequeue` without the reclaim, for a worker's claimer in a transaction of its own.
+    """:func:`dequeue` without the reclaim, in a transaction of its own: a worker's claim.
 
-    The caller begins the transaction (it must not be autocommit) and commits it right after;
-    the settings this makes for it (see :func:`_claimer_settings_statement`) last until then,
-    so nothing is restored.
+    ``BEGIN``, the claimer's settings (see :func:`_claimer_settings_statement`), the claim and
+    ``COMMIT`` go to the server together, in psycopg's pipeline mode: one round trip instead of
+    four (SQLAlchemy cannot pipeline, so they run on the driver connection under ``conn``,
+    compiled from the same Core statements). ``conn`` must not be in a transaction
+    (:class:`~dms.errors.ValidationError` otherwise); it may be autocommit. Database errors
+    are raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as ``conn.execute``
+    raises them, and leave no transaction open.
     """
     _require_claim(worker_id, limit, lease)
-    if _autocommit(conn):
-        raise ValidationError("claim_batch needs a transaction; use dequeue on autocommit")
-    conn.execute(_claimer_settings_statement())
-    return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise ValidationError("claim_batch needs a psycopg connection")
+    if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise ValidationError("claim_batch runs its own transaction: call it outside one")
+    params = _claim_params(worker_id, kinds, limit, lease)
+    settings = _compiled(_claimer_settings_statement(), conn.dialect)
+    claim = _compiled(_claim_statement(kinds is not None), conn.dialect)
+    cursor = driver.cursor()
+    try:
+        with driver.pipeline(), driver.transaction():
+            cursor.execute(settings.string, settings.construct_params())
+            cursor.execute(claim.string, claim.construct_params(params))
+        row = cursor.fetchone()
+    except psycopg.Error as exc:
+        if driver.closed:  # what SQLAlchemy does for its own statements: the pool replaces it
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            claim.string, params, exc, psycopg.Error, connection_invalidated=driver.closed
+        ) from exc
+    finally:
+        cursor.close()
+    return _claimed_jobs(row[0] if row else None, worker_id)
+
+
+@functools.cache
+def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> sa.Compiled:
+    """``statement`` compiled once for ``dialect``, for the driver-level execution above."""
+    return sa.ClauseElement.compile(statement, dialect=dialect)  # type: ignore[arg-type]
 
 
 def _claim(
@@ -466,10 +496,24 @@ def _claim(
     limit: int,
     lease: timedelta,
 ) -> list[Job]:
+    params = _claim_params(worker_id, kinds, limit, lease)
+    document = conn.execute(_claim_statement(kinds is not None), params).scalar_one()
+    return _claimed_jobs(document, worker_id)
+
+
+def _claim_params(
+    worker_id: str, kinds: Collection[str] | None, limit: int, lease: timedelta
+) -> dict[str, Any]:
     params: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "lease": lease}
     if kinds is not None:
         params["kinds"] = list(kinds)
-    document = conn.execute(_claim_statement(kinds is not None), params).scalar_one()
+    return params
+
+
+def _claimed_jobs(document: str | None, worker_id: str) -> list[Job]:
+    """The jobs of a claim's document (:func:`_claim_document`), in queue order."""
+    if document is None:
+        return []
     started, lease_end, rows = wire.decode(document)
     timestamps = wire.Timestamps()
     started_at, lease_expires_at = timestamps(started), timestamps(lease_end)

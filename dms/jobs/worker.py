@@ -5,15 +5,17 @@
     worker = Worker(engine, handlers={"revision.checksum": verify_checksum}, concurrency=4)
     worker.run_until_stopped()        # blocks; SIGTERM or SIGINT stop it gracefully
 
-Threads of a worker: a **claimer** keeps a local queue filled, claiming up to ``batch_size``
-jobs per statement (:func:`~dms.jobs.claim_batch`), holding at most ``concurrency +
-prefetch`` unfinished jobs; it also takes back jobs whose lease expired
+Threads of a worker: two **claimers** keep a local queue filled, claiming up to
+``batch_size`` jobs per statement (:func:`~dms.jobs.claim_batch`), while one waits for
+PostgreSQL the other's claim is decoded; together they hold one job per runner plus what the
+runners finish in a few claim round trips at their current pace, at most ``prefetch``
+(:mod:`dms.jobs.window`). They also take back jobs whose lease expired
 (:func:`~dms.jobs.reclaim_expired`) every quarter of the lease and whenever a claim finds the
 queue empty, so that the claim itself stays one ordered index scan of queued rows;
 ``concurrency`` **runner** threads run one job each, its handler inside a
 :class:`~dms.uow.UnitOfWork` of the job's tenant; an **acknowledger** completes jobs many at a
 time with :func:`~dms.jobs.complete_many`; a **listener** (``LISTEN`` on a dedicated
-autocommit connection) wakes the claimer as soon as a job is enqueued, while polling every
+autocommit connection) wakes the claimers as soon as a job is enqueued, while polling every
 ``poll_seconds`` keeps working without it (behind PgBouncer in transaction mode pass
 ``listen=False`` or a direct ``listen_url``); a **heartbeat** renews the leases of held jobs
 every third of the lease, so long jobs keep them.
@@ -88,8 +90,6 @@ PREFETCH = 1000
 #: Claimer threads, each with its own connection: while one claim waits for PostgreSQL, the
 #: other's rows are decoded (bench/README.md).
 _CLAIMERS = 2
-#: Acknowledger threads, each with its own connection, for the same reason.
-_ACKNOWLEDGERS = 1
 #: Seconds between checks for a stop by idle runner and acknowledger threads.
 _IDLE_CHECK_SECONDS = 0.5
 #: Seconds to wait before retrying after a database error, doubled up to this many times.
@@ -181,7 +181,7 @@ class Worker:
         self._acks: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._slots_done = threading.Event()
         self._slots: list[threading.Thread] = []
-        self._acknowledgers: list[threading.Thread] = []
+        self._acknowledger: threading.Thread | None = None
         self._helpers: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -194,9 +194,7 @@ class Worker:
             self._thread(self._run_slot, f"{self.name}/{index}")
             for index in range(self._concurrency)
         ]
-        self._acknowledgers = [
-            self._thread(self._acknowledge, f"{self.name}/ack{n}") for n in range(_ACKNOWLEDGERS)
-        ]
+        self._acknowledger = self._thread(self._acknowledge, f"{self.name}/ack")
         self._helpers = [
             *(self._thread(self._fetch, f"{self.name}/claim{n}") for n in range(_CLAIMERS)),
             self._thread(self._renew_leases, f"{self.name}/heartbeat"),
@@ -228,8 +226,8 @@ class Worker:
         # Finished jobs waiting for their batched completion are completed before the rest
         # (jobs still running past the grace period, jobs never started) is released.
         self._slots_done.set()
-        for thread in self._acknowledgers:
-            thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        if self._acknowledger is not None:
+            self._acknowledger.join(timeout=max(1.0, deadline - time.monotonic()))
         for job in self._take_in_flight():
             self._settle(job, "release", _releasing(job))
         for thread in self._helpers:
@@ -241,7 +239,7 @@ class Worker:
         A handler that overran the grace period keeps its thread alive until it returns.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        threads = (*self._slots, *self._helpers, *self._acknowledgers)
+        threads = (*self._slots, *self._helpers, *filter(None, [self._acknowledger]))
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in threads)
@@ -303,7 +301,7 @@ class Worker:
         quarter of the lease and, at most once a poll interval, whenever a claim finds nothing:
         the claim itself stays one index scan of queued rows.
         """
-        # Not autocommit: a claim runs in a short transaction of its own (see claim_batch).
+        # Not autocommit: the reclaims run in transactions begun here (claims in their own).
         session = _HeldSession(self._engine, autocommit=False)
         failures = 0
         reclaim_every = self._lease.total_seconds() / 4
@@ -345,8 +343,7 @@ class Worker:
         return claimed
 
     def _claim(self, conn: Connection, *, limit: int) -> list[Job]:
-        with conn.begin():
-            return claim_batch(conn, self.name, kinds=self._kinds, limit=limit, lease=self._lease)
+        return claim_batch(conn, self.name, kinds=self._kinds, limit=limit, lease=self._lease)
 
     def _reclaim(self, conn: Connection) -> bool:
         """Take back expired leases of this worker's kinds; True if any job is queued again."""
@@ -517,7 +514,7 @@ class Worker:
                     continue
                 batch = [first]
                 # All that waits, up to a batch: one statement for it all.
-                while len(batch) < 2 * self._batch_size:
+                while len(batch) < self._batch_size:
                     try:
                         batch.append(self._acks.get_nowait())
                     except queue.Empty:

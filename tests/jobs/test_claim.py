@@ -40,11 +40,12 @@ def test_a_claimed_job_equals_the_stored_row(
     engine: Engine, tenant: str, kind: str, claim: str
 ) -> None:
     _stored_after_a_failure(engine, kind, tenant)
-    with engine.connect() as conn, conn.begin():
+    with engine.connect() as conn:
         if claim == "claim_batch":
             (job,) = jobs.claim_batch(conn, "w1", kinds=[kind], limit=10, lease=LONG_LEASE)
         else:
-            (job,) = jobs.dequeue(conn, "w1", kinds=[kind], limit=10, lease=LONG_LEASE)
+            with conn.begin():
+                (job,) = jobs.dequeue(conn, "w1", kinds=[kind], limit=10, lease=LONG_LEASE)
         stored = jobs.get(conn, job.id)
     assert job == stored
     assert job.errors
@@ -64,17 +65,46 @@ def test_a_claim_reads_timestamps_to_the_microsecond(
     with engine.begin() as conn:
         for run_at in moments:
             jobs.enqueue(conn, kind, {}, tenant=tenant, run_at=run_at)
-    with engine.connect() as conn, conn.begin():
+    with engine.connect() as conn:
         claimed = jobs.claim_batch(conn, "w", kinds=[kind], limit=10, lease=LONG_LEASE)
     assert sorted(job.run_at for job in claimed) == sorted(moments)
 
 
-def test_claim_batch_refuses_an_autocommit_connection(engine: Engine, kind: str) -> None:
-    with (
-        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
-        pytest.raises(ValidationError),
-    ):
-        jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
+def test_claim_batch_refuses_to_run_inside_a_transaction(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with engine.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant=tenant)
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.select(1))
+        with pytest.raises(ValidationError):
+            jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
+
+
+def test_claim_batch_commits_its_claim_on_an_autocommit_connection(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with engine.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant=tenant)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        (job,) = jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
+    with engine.connect() as conn:
+        assert jobs.get(conn, job.id).state is jobs.JobState.RUNNING
+
+
+def test_a_failed_claim_raises_a_dbapi_error_and_leaves_no_transaction(
+    engine: Engine, kind: str
+) -> None:
+    with engine.connect() as conn:
+        other = engine.connect()
+        pid = conn.scalar(sa.select(sa.func.pg_backend_pid()))
+        conn.commit()
+        other.execute(sa.select(sa.func.pg_terminate_backend(pid)))
+        other.close()
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
+        assert raised.value.connection_invalidated
+        assert conn.invalidated  # the pool will not hand the dead connection out again
 
 
 @pytest.mark.parametrize(
@@ -92,7 +122,7 @@ def test_claim_batch_refuses_bad_input_and_claims_nothing(
     arguments: dict[str, Any] = {"worker_id": "w", "limit": 1, "lease": LONG_LEASE, **bad}
     with engine.begin() as conn:
         jobs.enqueue(conn, kind, {}, tenant=tenant)
-    with engine.connect() as conn, conn.begin():
+    with engine.connect() as conn:
         with pytest.raises(ValidationError):
             jobs.claim_batch(conn, kinds=[kind], **arguments)
         queued = conn.scalar(

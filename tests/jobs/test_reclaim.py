@@ -170,7 +170,7 @@ def test_claim_batch_takes_queued_jobs_in_queue_order(
     with engine.begin() as conn:
         later = jobs.enqueue(conn, kind, {}, tenant=tenant, priority=1).job_id
         first = jobs.enqueue(conn, kind, {}, tenant=tenant, priority=-1).job_id
-    with engine.connect() as conn, conn.begin():
+    with engine.connect() as conn:
         claimed = jobs.claim_batch(conn, "w", kinds=[kind], limit=5, lease=LONG_LEASE)
     assert [j.id for j in claimed] == [first, later]
     assert {j.attempts for j in claimed} == {1}

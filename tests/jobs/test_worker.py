@@ -196,3 +196,43 @@ def test_a_worker_whose_connections_are_terminated_keeps_going(
         final = [jobs.get(conn, job_id) for job_id in ids]
     # A lost connection is not the job's failure: nothing was recorded against any job.
     assert [j.errors for j in final if j.errors] == []
+
+
+def test_a_worker_of_slow_jobs_claims_about_one_job_ahead_per_runner(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    # Slow jobs must stay in the queue for other workers: the claim-ahead window follows the
+    # pace at which jobs finish, not the prefetch ceiling (1,000 here).
+    _enqueue(engine, kind, tenant, count=60)
+    held: list[int] = []
+
+    def slow(uow: UnitOfWork, job: jobs.Job) -> None:
+        time.sleep(0.05)
+
+    with jobs.Worker(engine, {kind: slow}, concurrency=2, prefetch=1000, poll_seconds=0.2):
+        for _ in range(10):
+            time.sleep(0.1)
+            with engine.connect() as conn:
+                held.append(count_jobs(conn, kind, "running"))
+    assert max(held) <= 2 * (2 + 2)  # runners and their window, with the finished awaiting acks
+    assert sum(held) > 0
+
+
+def test_a_worker_of_fast_jobs_claims_in_large_batches(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    _enqueue(engine, kind, tenant, count=3000)
+    claims: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if statement.startswith("WITH claimed AS"):
+            claims.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        with jobs.Worker(engine, {kind: lambda uow, job: None}, concurrency=4):
+            wait_for(_all_done(engine, kind, 3000))
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    # One claim per job at the start, growing as the pace is measured: far fewer than 3,000.
+    assert len(claims) < 100
