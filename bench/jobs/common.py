@@ -18,13 +18,14 @@ class Sizes:
     """How many jobs each measurement uses (``--quick`` divides them)."""
 
     enqueue_single: int = 1000
-    enqueue_batches: int = 100
+    enqueue_batches: int = 300
     batch: int = 100
-    process_dms: int = 20000
-    process_pgqueuer: int = 10000
+    process_dms: int = 40000
+    process_pgqueuer: int = 20000
     process_procrastinate: int = 1000
     process_pgbench: int = 10000
-    latency_jobs: int = 300
+    # The p99 of 1,000 samples is their tenth-largest: the machine's hiccups move it less.
+    latency_jobs: int = 1000
     finished_rows: int = 1_000_000
 
     def scaled(self, divisor: int) -> Sizes:

@@ -5,10 +5,9 @@ One job per transaction pair: the claim as the Worker's claimer runs it (``claim
 then the fenced completion (``complete``) in an autocommit transaction of its own. Between
 the two, a statement without a table reads the job's id and attempt out of the claim's JSON
 document, as the Worker does in Python. The Worker sends its claim's four statements in one
-round trip (psycopg's pipeline mode); pgbench 15 refuses ``\gset`` in a pipeline, so here they
-take four. The SQL is
-compiled from dms.jobs' statements and its parameters are replaced by pgbench literals and
-``\\gset`` variables.
+round trip (psycopg's pipeline mode); pgbench 15 refuses ``\\gset`` in a pipeline, so here they
+take four. The SQL is compiled from dms.jobs' statements and its parameters are replaced by
+pgbench literals and ``\\gset`` variables.
 """
 
 from __future__ import annotations
