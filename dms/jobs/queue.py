@@ -454,32 +454,58 @@ def claim_batch(
     compiled from the same Core statements). ``conn`` must not be in a transaction
     (:class:`~dms.errors.ValidationError` otherwise); it may be autocommit. Database errors
     are raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as ``conn.execute``
-    raises them, and leave no transaction open.
+    raises them, and leave no transaction open: the connection stays usable unless it broke.
     """
     _require_claim(worker_id, limit, lease)
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise ValidationError("claim_batch needs a psycopg connection")
-    if driver.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    if driver.info.transaction_status != _IDLE:
         raise ValidationError("claim_batch runs its own transaction: call it outside one")
     params = _claim_params(worker_id, kinds, limit, lease)
     settings = _compiled(_claimer_settings_statement(), conn.dialect)
     claim = _compiled(_claim_statement(kinds is not None), conn.dialect)
+    autocommit = driver.autocommit
     cursor = driver.cursor()
     try:
-        with driver.pipeline(), driver.transaction():
+        # BEGIN and COMMIT as statements of an autocommit connection: psycopg's own transaction
+        # handling waits for the server after BEGIN and again at COMMIT (libpq's trace shows
+        # four Syncs); this way the pipeline sends its single Sync when it closes.
+        driver.autocommit = True
+        with driver.pipeline():
+            driver.execute(_BEGIN)
             cursor.execute(settings.string, settings.construct_params())
             cursor.execute(claim.string, claim.construct_params(params))
+            driver.execute(_COMMIT)
         row = cursor.fetchone()
     except psycopg.Error as exc:
-        if driver.closed:  # what SQLAlchemy does for its own statements: the pool replaces it
+        broken = not _rolled_back(driver)
+        if broken:  # what SQLAlchemy does for its own statements: the pool replaces it
             conn.invalidate(exc)
         raise sa.exc.DBAPIError.instance(
-            claim.string, params, exc, psycopg.Error, connection_invalidated=driver.closed
+            claim.string, params, exc, psycopg.Error, connection_invalidated=broken
         ) from exc
     finally:
         cursor.close()
+        if not driver.closed and driver.info.transaction_status == _IDLE:
+            driver.autocommit = autocommit
     return _claimed_jobs(row[0] if row else None, worker_id)
+
+
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _rolled_back(driver: psycopg.Connection[Any]) -> bool:
+    """End the transaction a failed claim left aborted; False if the connection is broken."""
+    if driver.closed:
+        return False
+    try:
+        driver.rollback()
+    except psycopg.Error:
+        return False
+    return driver.info.transaction_status == _IDLE
 
 
 @functools.cache

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from psycopg import sql
@@ -105,6 +107,73 @@ def test_a_failed_claim_raises_a_dbapi_error_and_leaves_no_transaction(
             jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
         assert raised.value.connection_invalidated
         assert conn.invalidated  # the pool will not hand the dead connection out again
+
+
+def _frontend_messages(conn: sa.Connection, call: Any) -> list[str]:
+    """The protocol messages the client sends during ``call()`` (libpq's trace), by type."""
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    with tempfile.TemporaryFile("w+") as trace:
+        driver.pgconn.trace(trace.fileno())
+        driver.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            call()
+        finally:
+            driver.pgconn.untrace()
+        trace.seek(0)
+        lines = [line.split("\t") for line in trace.read().splitlines()]
+    return [
+        fields[2] + fields[3] if fields[2] == "Parse" else fields[2]
+        for fields in lines
+        if fields[0] == "F"
+    ]
+
+
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "AUTOCOMMIT"])
+def test_a_claim_is_one_round_trip(engine: Engine, tenant: str, kind: str, isolation: str) -> None:
+    with engine.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant=tenant)
+    with engine.connect().execution_options(isolation_level=isolation) as conn:
+        conn.execute(sa.select(1))
+        conn.commit()
+
+        def claim() -> None:
+            assert len(jobs.claim_batch(conn, "w", kinds=[kind], limit=5, lease=LONG_LEASE)) == 1
+
+        sent = _frontend_messages(conn, claim)
+        driver = conn.connection.driver_connection
+        assert driver.autocommit is (isolation == "AUTOCOMMIT")  # type: ignore[union-attr]
+    # One Sync: the server answers everything at once, BEGIN to COMMIT.
+    assert sent.count("Sync") == 1
+    assert set(sent[sent.index("Sync") + 1 :]) <= {"Flush"}
+    # The connection's first claim: every statement is parsed (Parse <name> <query> ...).
+    queries = [message.split()[2] for message in sent if message.startswith("Parse")]
+    assert [queries[0], queries[-1]] == ['"BEGIN"', '"COMMIT"']
+
+
+def test_a_claim_the_server_refuses_is_rolled_back_and_the_connection_stays_usable(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    with engine.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant=tenant)
+    with engine.connect() as conn:
+        # Every transaction of this session is read-only: the claim's UPDATE fails mid-pipeline.
+        conn.exec_driver_sql("SET default_transaction_read_only = on")
+        conn.commit()
+        with pytest.raises(sa.exc.DBAPIError) as raised:
+            jobs.claim_batch(conn, "w", kinds=[kind], limit=1, lease=LONG_LEASE)
+        assert raised.value.orig.sqlstate == "25006"  # type: ignore[union-attr]
+        assert not raised.value.connection_invalidated
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert driver.autocommit is False
+        conn.exec_driver_sql("SET default_transaction_read_only = off")
+        state = conn.scalar(
+            sa.select(processing_jobs.c.state).where(processing_jobs.c.kind == kind)
+        )
+        conn.commit()
+    assert state == "queued"
 
 
 @pytest.mark.parametrize(
