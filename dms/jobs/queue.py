@@ -57,6 +57,9 @@ NOTIFY_CHANNEL = "dms_jobs"
 DEFAULT_MAX_ATTEMPTS = 25
 #: How long a claim holds a job before another worker may take it over.
 LEASE_SECONDS = 30
+#: The longest lease accepted: far beyond any sensible one, and ``now() + lease`` stays a
+#: timestamp PostgreSQL can store (a lease of millions of years would fail in the server).
+MAX_LEASE = timedelta(days=365)
 #: How long the ledger remembers an idempotency key after the enqueue that used it.
 KEY_RETENTION_DAYS = 7
 #: Finished jobs younger than this survive :func:`prune` by default.
@@ -555,8 +558,19 @@ def _claimed_jobs(document: str | None, worker_id: str) -> list[Job]:
 def _require_claim(worker_id: str, limit: int, lease: timedelta) -> None:
     _require_name("worker_id", worker_id)
     _require_int("limit", limit, minimum=1)
-    if not isinstance(lease, timedelta) or lease <= timedelta(0):
-        raise ValidationError(f"lease must be a positive timedelta, not {lease!r}")
+    validate_lease(lease)
+
+
+def validate_lease(lease: object) -> timedelta:
+    """Return ``lease`` if it is a positive timedelta of at most :data:`MAX_LEASE`.
+
+    Raises :class:`~dms.errors.ValidationError` otherwise, before any SQL runs.
+    """
+    if not isinstance(lease, timedelta) or not timedelta(0) < lease <= MAX_LEASE:
+        raise ValidationError(
+            f"lease must be a timedelta above zero and at most {MAX_LEASE.days} days, not {lease!r}"
+        )
+    return lease
 
 
 @functools.cache
@@ -996,8 +1010,7 @@ def heartbeat(
     target: Executor, job: Job, *, lease: timedelta = timedelta(seconds=LEASE_SECONDS)
 ) -> Job:
     """Extend the lease of ``job`` to ``lease`` from now; :class:`~dms.errors.LeaseLost` if lost."""
-    if lease <= timedelta(0):
-        raise ValidationError(f"lease must be positive, not {lease}")
+    validate_lease(lease)
     return _fenced_update(_conn(target), job, "heartbeat", {"lease": lease})
 
 

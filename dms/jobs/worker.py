@@ -71,6 +71,7 @@ from dms.jobs.queue import (
     heartbeat,
     reclaim_expired,
     release,
+    validate_lease,
 )
 from dms.jobs.window import Window
 from dms.uow import UnitOfWork
@@ -146,8 +147,9 @@ class Worker:
             raise ValidationError(f"batch_size must be a positive integer, not {batch_size!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValidationError(f"prefetch must be a non-negative integer, not {prefetch!r}")
-        if lease <= timedelta(0) or poll_seconds <= 0 or grace_seconds < 0:
-            raise ValidationError("lease and poll_seconds must be positive, grace_seconds >= 0")
+        validate_lease(lease)
+        if poll_seconds <= 0 or grace_seconds < 0:
+            raise ValidationError("poll_seconds must be positive, grace_seconds >= 0")
         self._engine = engine
         # Read once: reading the environment per job's unit of work was a third of the Python
         # time of a no-op job (profile in bench/README.md).

@@ -183,6 +183,8 @@ def test_a_claim_the_server_refuses_is_rolled_back_and_the_connection_stays_usab
         {"limit": 0},
         {"lease": timedelta(0)},
         {"lease": 30},
+        {"lease": queue.MAX_LEASE + timedelta(microseconds=1)},
+        {"lease": timedelta(days=999_999_999)},
     ],
 )
 def test_claim_batch_refuses_bad_input_and_claims_nothing(

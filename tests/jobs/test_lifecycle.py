@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import jobs
-from dms.errors import LeaseLost, NotFound
+from dms.errors import LeaseLost, NotFound, ValidationError
 from dms.jobs.backoff import DEFAULT_BACKOFF
+from dms.jobs.queue import MAX_LEASE
 from dms.jobs.tables import processing_jobs
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, job_effects, wait_for
@@ -126,6 +127,31 @@ def test_heartbeat_extends_the_lease(engine: Engine, tenant: str, kind: str) -> 
     assert job.lease_expires_at is not None
     assert renewed.lease_expires_at - job.lease_expires_at > timedelta(minutes=50)
     assert (renewed.attempts, renewed.locked_by) == (job.attempts, job.locked_by)
+
+
+@pytest.mark.parametrize(
+    "lease", [timedelta(0), MAX_LEASE + timedelta(seconds=1), timedelta(days=999_999_999)]
+)
+def test_heartbeat_refuses_a_bad_lease_and_keeps_the_old_one(
+    engine: Engine, tenant: str, kind: str, lease: timedelta
+) -> None:
+    _enqueue(engine, kind, tenant)
+    job = _claim(engine, kind, "w", lease=timedelta(minutes=5))
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError):
+            jobs.heartbeat(conn, job, lease=lease)
+        stored = jobs.get(conn, job.id)
+    assert stored.lease_expires_at == job.lease_expires_at
+
+
+def test_the_longest_lease_is_accepted(engine: Engine, tenant: str, kind: str) -> None:
+    _enqueue(engine, kind, tenant)
+    job = _claim(engine, kind, "w", lease=MAX_LEASE)
+    with engine.begin() as conn:
+        renewed = jobs.heartbeat(conn, job, lease=MAX_LEASE)
+    assert renewed.lease_expires_at is not None
+    assert job.started_at is not None
+    assert renewed.lease_expires_at - job.started_at >= MAX_LEASE
 
 
 def test_release_requeues_without_an_attempt_penalty(

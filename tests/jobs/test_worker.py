@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import ValidationError
+from dms.jobs.queue import MAX_LEASE
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 
@@ -109,6 +110,8 @@ def test_bad_worker_settings_are_refused() -> None:
         jobs.Worker(engine, {})
     with pytest.raises(ValidationError):
         jobs.Worker(engine, {"k": record_effect}, lease=timedelta(0))
+    with pytest.raises(ValidationError):
+        jobs.Worker(engine, {"k": record_effect}, lease=MAX_LEASE * 2)
     engine.dispose()
 
 
