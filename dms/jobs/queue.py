@@ -619,21 +619,13 @@ def _claim_document(claimed: sa.CTE) -> sa.Select[Any]:
     holds every other column of the job but those the claimant knows (``state``, ``locked_by``,
     ``finished_at``).
     """
-    c = claimed.c
     rows = wire.rows(
-        c.id,
-        c.tenant,
-        c.kind,
-        c.payload,
-        c.priority,
-        c.attempts,
-        c.max_attempts,
-        wire.seconds(c.run_at),
-        c.last_error,
-        c.errors,
-        c.backoff,
-        c.idempotency_key,
-        wire.seconds(c.created_at),
+        *(
+            wire.seconds(claimed.c[column.name])
+            if isinstance(column.type, sa.DateTime)
+            else claimed.c[column.name]
+            for column in _CLAIMED_COLUMNS
+        )
     )
     started_at, lease_expires_at = _lease_stamps()
     document = wire.document(wire.seconds(started_at), wire.seconds(lease_expires_at), rows)
@@ -653,7 +645,7 @@ def _claimed_job(
     timestamps: wire.Timestamps,
 ) -> Job:
     """The :class:`Job` of a row of :func:`_claim_document`, as claimed by ``worker_id``."""
-    (
+    (  # in the order of _CLAIMED_COLUMNS
         job_id,
         tenant,
         kind,
@@ -847,6 +839,7 @@ def _claim_statement(filtered: bool) -> sa.Executable:
         .with_for_update(skip_locked=True)
         .scalar_subquery()
     )
+    started_at, lease_expires_at = _lease_stamps()
     claimed = (
         sa.update(jobs)
         .where(jobs.c.id == _any_of(picked))
@@ -854,8 +847,8 @@ def _claim_statement(filtered: bool) -> sa.Executable:
             state=JobState.RUNNING.value,
             attempts=jobs.c.attempts + 1,
             locked_by=sa.bindparam("worker_id", type_=sa.Text),
-            started_at=_lease_stamps()[0],
-            lease_expires_at=_lease_stamps()[1],
+            started_at=started_at,
+            lease_expires_at=lease_expires_at,
         )
         .returning(*_CLAIMED_COLUMNS)
         .cte("claimed")
