@@ -17,8 +17,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from dms import migrations, tenancy
-from dms.db import embedded_url, normalize_url
+from dms import embedded, migrations, tenancy
+from dms.config import Settings
+from dms.db import normalize_url
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
 
@@ -30,7 +31,7 @@ def server_url() -> URL:
     if explicit:
         return normalize_url(explicit)
     data_dir = os.environ.get("DMS_DATA_DIR") or str(Path.home() / ".local/share/dms-test")
-    return embedded_url(Path(data_dir))
+    return embedded.start(Path(data_dir), settings=Settings.from_env())
 
 
 @pytest.fixture(scope="session")
