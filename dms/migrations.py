@@ -351,11 +351,12 @@ def _already_at(script: ScriptDirectory, target: object, current: str | None) ->
 def _migrate_shared(context: EnvironmentContext, engine: Engine, settings: Settings) -> None:
     with engine.begin() as conn:
         tenancy.set_lock_timeout(conn, settings)
+        # The lock first: two first runs at once would otherwise both create the schema.
+        _advisory_lock(conn, SHARED_SCHEMA)
         # Only when missing: even IF NOT EXISTS needs CREATE on the database, which a no-op
         # run must not require (nor run DDL at all).
         if conn.scalar(sa.select(sa.func.to_regnamespace(SHARED_SCHEMA))) is None:
             conn.execute(sa.schema.CreateSchema(SHARED_SCHEMA, if_not_exists=True))
-        _advisory_lock(conn, SHARED_SCHEMA)
         _migrate_schema(context, conn, MigrationScope.shared(settings))
 
 

@@ -50,10 +50,13 @@ def users_table_exists(conn: Connection, settings: Settings | None = None) -> bo
 def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> bool:
     """Create the development stand-in ``users`` table unless a ``users`` table exists.
 
-    Returns whether it created the table.
+    Returns whether it created the table. Safe when several processes call it at once: the
+    check and the creation run under a transaction-level advisory lock.
     """
     settings = settings or Settings.from_env()
     with engine.begin() as conn:
+        key = sa.func.hashtextextended(sa.literal(f"dms.users-stand-in:{settings.users_schema}"), 0)
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
         if users_table_exists(conn, settings):
             return False
         conn.execute(CreateSchema(settings.users_schema, if_not_exists=True))

@@ -7,6 +7,7 @@ new database named by ``DMS_DATABASE_URL``, and checks the catalog afterwards.
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 from alembic.script import ScriptDirectory
@@ -16,6 +17,7 @@ from dms import migrations, tenancy
 from dms.config import SHARED_SCHEMA
 from tests.migrations.fingerprint import (
     DdlAudit,
+    alembic_env,
     fingerprint,
     revisions,
     run_alembic,
@@ -30,6 +32,24 @@ SCHEMAS = (SHARED_SCHEMA, "tenant_alpha", "tenant_bravo")
 
 def _output(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_two_first_upgrades_at_once_both_succeed(db: Engine, empty_database_url: URL) -> None:
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dms.cli", "migrate"],
+            env=alembic_env(empty_database_url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [racer.communicate(timeout=120) for racer in racers]
+
+    assert [racer.returncode for racer in racers] == [0, 0], results
+    assert revisions(db, SHARED_SCHEMA) == {SHARED_SCHEMA: HEAD}
 
 
 @pytest.mark.slow
