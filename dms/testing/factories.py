@@ -1,7 +1,7 @@
-"""Test helpers for applications built on ``dms``: throw-away databases and row factories.
+"""Row factories for applications' own tests (factory-boy: ``pip install 'dms[testing]'``).
 
-Factories (factory-boy, ``pip install 'dms[testing]'``) build valid rows with overrides and
-insert them with Core on a connection routed to a tenant::
+Factories build valid rows with overrides and insert them with Core on a connection routed to a
+tenant::
 
     with engine.begin() as conn:
         tenant_conn = tenancy.route(conn, "acme")
@@ -16,37 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import factory
 import sqlalchemy as sa
-from psycopg import sql
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 
-from dms.db import normalize_url
 from dms.schema import tenant as t
-from dms.schema.ddl import execute_ddl
-
-
-@contextmanager
-def temporary_database(server_url: str | URL, *, prefix: str = "dms_test") -> Iterator[URL]:
-    """Create an empty database on the server of ``server_url``; drop it (forcefully) after."""
-    base = normalize_url(server_url)
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-    try:
-        with admin.connect() as conn:
-            execute_ddl(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        yield base.set(database=name)
-    finally:
-        with admin.connect() as conn:
-            execute_ddl(
-                conn,
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-            )
-        admin.dispose()
 
 
 class RowFactory(factory.Factory):  # type: ignore[misc]

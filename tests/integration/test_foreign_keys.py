@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dms import tenancy
 from dms.schema import tenant as t
-from dms.testing import (
+from dms.testing.factories import (
     DocumentFactory,
     FolderFactory,
     MetadataFieldFactory,

@@ -26,7 +26,7 @@ from dms import tenancy
 from dms.config import Settings
 from dms.schema import tenant as t
 from dms.schema.tenant import MAX_FOLDER_DEPTH
-from dms.testing import (
+from dms.testing.factories import (
     DocumentFactory,
     DocumentTagFactory,
     FolderFactory,

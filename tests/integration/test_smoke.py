@@ -1,6 +1,6 @@
 from sqlalchemy.engine import Connection
 
-from dms.testing import DocumentFactory, FolderFactory
+from dms.testing.factories import DocumentFactory, FolderFactory
 
 
 def test_factories_insert_valid_rows(tenant_conn: Connection, user_id: object) -> None:

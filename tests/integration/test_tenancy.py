@@ -20,7 +20,7 @@ from dms import migrations, tenancy
 from dms.config import Settings
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, UsersTableMissing
 from dms.schema import tenant as t
-from dms.testing import FolderFactory
+from dms.testing.factories import FolderFactory
 from dms.uow import UnitOfWork
 from dms.users import create_user, create_users_stand_in
 

@@ -1,4 +1,4 @@
-"""The row factories of :mod:`dms.testing`: valid rows by default, overrides honoured."""
+"""The row factories of :mod:`dms.testing.factories`: valid rows by default, overrides honoured."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms.schema import tenant as t
-from dms.testing import (
+from dms.testing.factories import (
     DocumentFactory,
     DocumentMetadataChoiceFactory,
     DocumentTagFactory,

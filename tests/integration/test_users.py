@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
 from dms.config import Settings
-from dms.testing import FolderFactory
+from dms.testing.factories import FolderFactory
 from dms.users import create_user, create_users_stand_in, users_table_exists
 
 

@@ -32,7 +32,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from dms import tenancy
 from dms.migrations import read_versions
 from dms.schema import tenant as t
-from dms.testing import (
+from dms.testing.factories import (
     DocumentFactory,
     DocumentTagFactory,
     FolderFactory,
