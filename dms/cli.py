@@ -23,6 +23,7 @@ from dms.db import create_engine
 from dms.errors import DmsError
 from dms.jobs import Job, Worker
 from dms.processing import handlers
+from dms.seed import DEMO_TIMEOUT_SECONDS, run_demo, seed
 from dms.storage import LocalBlobStore
 from dms.users import create_users_stand_in
 
@@ -93,16 +94,20 @@ def _users_stand_in(engine: Engine, args: argparse.Namespace) -> int:
 
 
 def _seed(engine: Engine, args: argparse.Namespace) -> int:
-    from dms.seed import seed  # noqa: PLC0415 -- only this command needs it
-
     print(seed(engine).describe())
     return EXIT_OK
 
 
 def _demo(engine: Engine, args: argparse.Namespace) -> int:
-    from dms.seed import run_demo  # noqa: PLC0415 -- only this command needs it
-
-    print(run_demo(engine))
+    result = run_demo(engine, timeout_seconds=args.timeout)
+    print(result.summary)
+    if result.unfinished:
+        print(
+            f"error: {result.unfinished} seed job(s) still queued or running after "
+            f"{args.timeout:g} s; see: dms jobs stats",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     return EXIT_OK
 
 
@@ -279,7 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("seed", help="fill the database with development data").set_defaults(
         run=_seed
     )
-    commands.add_parser("demo", help="migrate, seed, process and summarise").set_defaults(run=_demo)
+    demo = commands.add_parser("demo", help="migrate, seed, process and summarise")
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        default=DEMO_TIMEOUT_SECONDS,
+        help=f"seconds to wait for the seed jobs (default {DEMO_TIMEOUT_SECONDS})",
+    )
+    demo.set_defaults(run=_demo)
     _add_job_commands(commands)
     return parser
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import jobs, tenancy
+from dms import UnitOfWork, jobs, tenancy
 from dms.cli import main
 from dms.jobs import JobState
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
+from dms.users import create_user
 
 
 def _url(url: URL) -> str:
@@ -54,6 +56,62 @@ def test_demo_after_stand_in_migrates_seeds_processes_and_summarises(
     assert main(["--database-url", url, "status"]) == 0
     assert main(["--database-url", url, "jobs", "stats"]) == 0
     assert "dead 0" in capsys.readouterr().out
+
+
+def _stand_in_and_acme(url: str) -> None:
+    assert main(["--database-url", url, "users", "stand-in"]) == 0
+    assert main(["--database-url", url, "migrate"]) == 0
+    assert main(["--database-url", url, "tenants", "create", "acme"]) == 0
+
+
+def test_demo_fails_when_seed_jobs_are_unfinished_at_its_deadline(
+    empty_database_url: URL,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("DMS_DATA_DIR", str(tmp_path))
+    url = _url(empty_database_url)
+    _stand_in_and_acme(url)
+    engine = sa.create_engine(empty_database_url)
+    with engine.begin() as conn:  # a kind that no demo worker runs: it stays queued
+        jobs.enqueue(conn, "test.never", {}, tenant="acme")
+    engine.dispose()
+    capsys.readouterr()
+
+    assert main(["--database-url", url, "demo", "--timeout", "1"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    # At least the job no worker runs; seed jobs too, if the worker has not finished them.
+    assert re.fullmatch(
+        r"error: [1-9][0-9]* seed job\(s\) still queued or running after 1 s; "
+        r"see: dms jobs stats",
+        line,
+    ), line
+
+
+def test_demo_refuses_a_tenant_whose_own_required_field_the_seed_cannot_fill(
+    empty_database_url: URL,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("DMS_DATA_DIR", str(tmp_path))
+    url = _url(empty_database_url)
+    _stand_in_and_acme(url)
+    engine = sa.create_engine(empty_database_url)
+    with engine.begin() as conn:
+        owner = create_user(conn, email="owner@example.org", display_name="Owner")
+    with UnitOfWork(engine, tenant="acme", user_id=owner) as uow:
+        uow.metadata.define_field(name="Department", field_type="string", required=True)
+        uow.commit()
+    engine.dispose()
+    capsys.readouterr()
+
+    assert main(["--database-url", url, "demo"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: cannot seed tenant 'acme': it requires field(s) 'Department', which the seed "
+        "data does not fill; seed a database without a tenant 'acme', or drop it first"
+    ]
 
 
 @pytest.mark.parametrize("slug", ["Bad", "x;y", "pg_x", "", "a" * 41])
