@@ -45,10 +45,13 @@ def database_url(url: str | URL | None = None, *, settings: Settings | None = No
     return embedded.start(settings.data_dir, settings=settings)
 
 
-def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
+def create_engine(
+    url: str | URL | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> Engine:
     """Create an engine for ``url``, or for the database that :func:`database_url` picks.
 
-    Extra keyword arguments go to :func:`sqlalchemy.create_engine`. Behind PgBouncer in
-    transaction mode pass ``connect_args={"prepare_threshold": None}``.
+    ``settings`` default to the environment's. Extra keyword arguments go to
+    :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
+    ``connect_args={"prepare_threshold": None}``.
     """
-    return sa.create_engine(database_url(url), **kwargs)
+    return sa.create_engine(database_url(url, settings=settings), **kwargs)

@@ -19,6 +19,7 @@ entry point here holds :data:`_ALEMBIC_LOCK`. To migrate in parallel, use proces
 from __future__ import annotations
 
 import threading
+from argparse import Namespace
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,9 +112,12 @@ def script_location() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "alembic"
 
 
-def alembic_config(url: str | URL | None = None) -> Config:
-    """An Alembic ``Config`` for ``dms``'s environment, without needing ``alembic.ini``."""
-    config = Config()
+def alembic_config(url: str | URL | None = None, *, cmd_opts: Namespace | None = None) -> Config:
+    """An Alembic ``Config`` for ``dms``'s environment, without needing ``alembic.ini``.
+
+    ``cmd_opts``: alembic's parsed command line, for ``dms alembic ...``.
+    """
+    config = Config(cmd_opts=cmd_opts)
     config.set_main_option("script_location", str(script_location()))
     if url is not None:
         rendered = url.render_as_string(hide_password=False) if isinstance(url, URL) else url

@@ -1,0 +1,7 @@
+"""``python -m dms``: the ``dms`` command."""
+
+import sys
+
+from dms.cli import main
+
+sys.exit(main())

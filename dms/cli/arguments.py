@@ -1,0 +1,33 @@
+"""Types of command-line arguments: each parses one value or says in one line why not."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> timedelta:
+    """Parse ``90``, ``90s``, ``15m``, ``12h`` or ``7d``."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (try 90s, 15m, 12h, 7d)"
+        ) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def positive(text: str) -> int:
+    """Parse an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

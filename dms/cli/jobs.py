@@ -1,0 +1,127 @@
+"""``dms worker`` and ``dms jobs stats|dead|requeue|prune``: the job queue."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from dms import jobs
+from dms.cli.arguments import duration, positive
+from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.jobs import Job, Worker
+from dms.processing import handlers
+from dms.storage import LocalBlobStore
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``worker`` and ``jobs`` with its subcommands to ``commands``."""
+    worker = commands.add_parser("worker", help="process jobs until SIGTERM or Ctrl-C")
+    worker.add_argument("--concurrency", type=positive, default=1, help="threads (default 1)")
+    worker.add_argument("--kinds", nargs="+", help="only these job kinds")
+    worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
+    worker.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    worker.set_defaults(run=_worker)
+
+    job_parser = commands.add_parser("jobs", help="inspect and repair the job queue")
+    job_commands = job_parser.add_subparsers(dest="jobs_command", required=True)
+    stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
+    stats.add_argument("--kind", help="only jobs of this kind")
+    stats.add_argument("--tenant", help="only jobs of this tenant")
+    stats.set_defaults(run=_stats)
+    dead = job_commands.add_parser("dead", help="list dead jobs, most recent first")
+    _filters(dead)
+    dead.add_argument("--limit", type=positive, default=100, help="at most this many (100)")
+    dead.set_defaults(run=_dead)
+    requeue = job_commands.add_parser("requeue", help="put dead jobs back in the queue")
+    requeue.add_argument("job_id", nargs="?", type=uuid.UUID, help="one dead job")
+    requeue.add_argument("--dead", action="store_true", help="every dead job matching filters")
+    _filters(requeue)
+    requeue.set_defaults(run=_requeue)
+    prune = job_commands.add_parser("prune", help="delete old finished jobs and expired keys")
+    prune.add_argument(
+        "--older-than",
+        type=duration,
+        default=timedelta(days=7),
+        help="finished at least this long ago (default 7d)",
+    )
+    prune.add_argument("--include-dead", action="store_true", help="dead jobs too")
+    prune.set_defaults(run=_prune)
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kind", help="only jobs of this kind")
+    parser.add_argument("--tenant", help="only jobs of this tenant")
+    parser.add_argument("--older-than", type=duration, help="only jobs dead for this long")
+
+
+def _worker(ctx: Context, args: argparse.Namespace) -> int:
+    blobs = LocalBlobStore(Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs")
+    worker = Worker(
+        ctx.engine,
+        handlers(blobs),
+        concurrency=args.concurrency,
+        kinds=args.kinds or None,
+        lease=timedelta(seconds=args.lease),
+    )
+    print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
+    # Everything this process needs is loaded: keep the collector's full passes off those
+    # objects (docs/jobs.md, "Running workers in production").
+    gc.collect()
+    gc.freeze()
+    worker.run_until_stopped()
+    print("worker stopped")
+    return EXIT_OK
+
+
+def _stats(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        stats = jobs.stats(conn, tenant=args.tenant, kind=args.kind)
+    for count in stats.counts:
+        print(f"{count.tenant}\t{count.kind}\t{count.state.value}\t{count.count}")
+    age = stats.oldest_queued_age
+    waited = "-" if age is None else f"{age.total_seconds():.1f} s"
+    print(f"total {stats.total()}; dead {stats.dead}; oldest queued waiting {waited}")
+    return EXIT_OK
+
+
+def _print_jobs(found: list[Job]) -> None:
+    for job in found:
+        error = (job.last_error or "").splitlines()[-1:] or [""]
+        print(f"{job.id}\t{job.tenant}\t{job.kind}\t{job.state.value}\t{job.attempts}\t{error[0]}")
+
+
+def _dead(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        found = jobs.dead_letter(
+            conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than, limit=args.limit
+        )
+    _print_jobs(found)
+    print(f"{len(found)} dead job(s) shown")
+    return EXIT_OK
+
+
+def _requeue(ctx: Context, args: argparse.Namespace) -> int:
+    if (args.job_id is None) == (not args.dead):
+        print("error: give a job id, or --dead with optional filters", file=sys.stderr)
+        return EXIT_ERROR
+    with ctx.engine.begin() as conn:
+        if args.job_id is not None:
+            moved = [jobs.requeue_dead_letter(conn, args.job_id)]
+        else:
+            moved = jobs.requeue_dead_letters(
+                conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than
+            )
+    _print_jobs(moved)
+    print(f"requeued {len(moved)} job(s)")
+    return EXIT_OK
+
+
+def _prune(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.begin() as conn:
+        result = jobs.prune(conn, older_than=args.older_than, include_dead=args.include_dead)
+    print(f"pruned {result.jobs} job(s) and {result.idempotency_keys} expired idempotency key(s)")
+    return EXIT_OK
