@@ -1,5 +1,10 @@
 """Settings, resolved in one place from arguments and the environment.
 
+They are resolved once, at an entry point (the ``dms`` command, :func:`dms.create_engine`, a
+``Worker``), and travel with the engine: :func:`dms.create_engine` attaches them
+(:func:`with_settings`), and code below reads them back from whatever engine or connection it
+was given (:func:`settings_of`). Nothing else reads the environment.
+
 ==========================  ==========================================  ====================
 variable                    meaning                                     default
 ==========================  ==========================================  ====================
@@ -17,6 +22,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import ConfigurationError
 
@@ -68,3 +75,22 @@ class Settings:
             users_schema=env.get("DMS_USERS_SCHEMA", "public"),
             lock_timeout_ms=lock_timeout_ms,
         )
+
+
+#: The execution option under which an engine carries its settings.
+_SETTINGS_OPTION = "dms_settings"
+
+
+def with_settings(engine: Engine, settings: Settings) -> Engine:
+    """``engine`` (same pool) carrying ``settings`` to every connection it gives out."""
+    return engine.execution_options(**{_SETTINGS_OPTION: settings})
+
+
+def settings_of(bind: Engine | Connection) -> Settings:
+    """The settings that ``bind`` carries; for an engine made without them, the environment's.
+
+    Engines of :func:`dms.create_engine` carry theirs; one made with
+    ``sqlalchemy.create_engine`` directly gets the environment's, read here and only here.
+    """
+    carried = bind.get_execution_options().get(_SETTINGS_OPTION)
+    return carried if isinstance(carried, Settings) else Settings.from_env()

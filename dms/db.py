@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
 from dms import embedded
-from dms.config import Settings
+from dms.config import Settings, with_settings
 from dms.errors import ConfigurationError
 
 _DRIVER = "postgresql+psycopg"
@@ -50,8 +50,11 @@ def create_engine(
 ) -> Engine:
     """Create an engine for ``url``, or for the database that :func:`database_url` picks.
 
-    ``settings`` default to the environment's. Extra keyword arguments go to
-    :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
+    ``settings`` (default: the environment's) are resolved here, once, and the engine carries
+    them to everything it is given to (:func:`dms.config.settings_of`). Extra keyword arguments
+    go to :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
     ``connect_args={"prepare_threshold": None}``.
     """
-    return sa.create_engine(database_url(url, settings=settings), **kwargs)
+    settings = settings or Settings.from_env()
+    engine = sa.create_engine(database_url(url, settings=settings), **kwargs)
+    return with_settings(engine, settings)

@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from dms.config import Settings
-from dms.db import database_url, normalize_url
+from dms.config import Settings, settings_of, with_settings
+from dms.db import create_engine, database_url, normalize_url
 from dms.errors import ConfigurationError
 
 
@@ -83,3 +84,27 @@ def test_settings_defaults_follow_xdg() -> None:
 def test_bad_settings_are_rejected(environ: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError):
         Settings.from_env(environ)
+
+
+def test_an_engine_of_create_engine_carries_its_settings_to_its_connections() -> None:
+    settings = Settings(database_url="postgresql://u@h/d", users_schema="iam")
+    engine = create_engine(settings=settings)
+    try:
+        assert settings_of(engine) is settings
+        assert settings_of(with_settings(engine, Settings())) == Settings()
+    finally:
+        engine.dispose()
+
+
+def test_an_engine_made_elsewhere_gets_the_environments_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DMS_USERS_SCHEMA", "from_env")
+    engine = sa.create_engine("postgresql+psycopg://u@h/d")
+
+    assert settings_of(engine).users_schema == "from_env"
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg2"])
+def test_postgres_urls_of_every_spelling_use_psycopg_3(scheme: str) -> None:
+    assert normalize_url(f"{scheme}://u@h/d").drivername == "postgresql+psycopg"
