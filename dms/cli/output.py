@@ -1,0 +1,43 @@
+"""How commands print: plain lines for people, one JSON document with ``--json`` for machines."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import sys
+import uuid
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Give a command the ``--json`` flag."""
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document instead of lines"
+    )
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` as one JSON document on stdout (dataclasses, enums, ids, times included)."""
+    json.dump(value, sys.stdout, default=_plain, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, uuid.UUID | Decimal | Path):
+        return str(value)
+    if isinstance(value, frozenset | set | tuple):
+        return list(value)
+    raise TypeError(f"cannot print {type(value).__name__} as JSON")
