@@ -12,6 +12,8 @@ variable                    meaning                                     default
 ``DMS_DATA_DIR``            where the embedded server keeps its data    per-user data dir
 ``DMS_USERS_SCHEMA``        schema of the IAM service's ``users``       ``public``
 ``DMS_LOCK_TIMEOUT_MS``     ``lock_timeout`` of DDL transactions        ``5000``
+``DMS_LOG_LEVEL``           level of the ``dms`` command's log lines    ``WARNING``
+``DMS_LOG_FORMAT``          ``plain`` or ``json`` log lines             ``plain``
 ==========================  ==========================================  ====================
 """
 
@@ -22,10 +24,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import ConfigurationError
+from dms.logs import LOG_FORMATS, LOG_LEVELS, LogFormat
 
 #: The schema that holds what ``dms`` owns across tenants (registry, job queue).
 SHARED_SCHEMA = "dms"
@@ -47,6 +51,8 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: _default_data_dir(os.environ))
     users_schema: str = "public"
     lock_timeout_ms: int = 5000
+    log_level: str = "WARNING"
+    log_format: LogFormat = "plain"
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail later, deep inside SQL."""
@@ -57,6 +63,14 @@ class Settings:
         if self.lock_timeout_ms <= 0:
             raise ConfigurationError(
                 f"DMS_LOCK_TIMEOUT_MS must be positive, not {self.lock_timeout_ms}"
+            )
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigurationError(
+                f"DMS_LOG_LEVEL={self.log_level!r} is not one of {', '.join(LOG_LEVELS)}"
+            )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigurationError(
+                f"DMS_LOG_FORMAT={self.log_format!r} is not one of {', '.join(LOG_FORMATS)}"
             )
 
     @classmethod
@@ -74,6 +88,8 @@ class Settings:
             data_dir=Path(data_dir) if data_dir else _default_data_dir(env),
             users_schema=env.get("DMS_USERS_SCHEMA", "public"),
             lock_timeout_ms=lock_timeout_ms,
+            log_level=env.get("DMS_LOG_LEVEL", "WARNING").upper(),
+            log_format=cast(LogFormat, env.get("DMS_LOG_FORMAT", "plain").lower()),
         )
 
 

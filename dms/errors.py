@@ -8,6 +8,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── TenantNotFound (LookupError)
     ├── TenantExists
     ├── MigrationError
+    │   ├── NotMigrated             the shared schema's tables are not there yet
     │   ├── UsersTableMissing       the IAM's users table is not there
     │   └── MigrationFailed         some tenants failed; carries the report
     ├── ValidationError (ValueError) bad input caught before any SQL runs
@@ -49,6 +50,14 @@ class TenantExists(DmsError):
 
 class MigrationError(DmsError):
     """A migration could not run."""
+
+
+class NotMigrated(MigrationError):
+    """The database has not been migrated: the shared schema's tables are missing."""
+
+    def __init__(self, message: str = "the database is not migrated: run `dms migrate` first"):
+        """Say what to do; the default message is the one every ``dms`` command prints."""
+        super().__init__(message)
 
 
 class UsersTableMissing(MigrationError):

@@ -9,17 +9,19 @@ made on first use).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from sqlalchemy.exc import OperationalError
+import psycopg
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from dms import logs
 from dms.cli import dev, jobs, schema, tenants
 from dms.cli.context import EXIT_ERROR, Context
 from dms.config import Settings
-from dms.errors import DmsError
+from dms.errors import DmsError, NotMigrated
+from dms.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = ["build_parser", "main"]
 
@@ -29,6 +31,13 @@ def _version() -> str:
         return version("dms")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
+
+
+def _log_level(args: argparse.Namespace, settings: Settings) -> str:
+    if args.log_level:
+        return str(args.log_level)
+    by_verbosity = {0: settings.log_level, 1: "INFO"}
+    return by_verbosity.get(args.verbose, "DEBUG")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--database-url", help="PostgreSQL URL (default: DMS_DATABASE_URL, else embedded server)"
     )
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        type=str.upper,
+        help="log lines of this level and above on stderr (default: DMS_LOG_LEVEL, else WARNING)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="-v for INFO log lines, -vv for DEBUG (unless --log-level is given)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="plain lines or one JSON object per line (default: DMS_LOG_FORMAT, else plain)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in (tenants, schema, dev, jobs):
         group.register(commands)
@@ -51,10 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dms`` with ``argv`` and return the exit status."""
     args = build_parser().parse_args(argv)
-    # Library warnings and alembic's progress lines on stderr (no-op if the caller set logging up).
-    logging.basicConfig(format="%(levelname)-5.5s [%(name)s] %(message)s")
     try:
-        ctx = Context(settings=Settings.from_env(), database_url=args.database_url)
+        settings = Settings.from_env()
+        logs.configure(_log_level(args, settings), args.log_format or settings.log_format)
+        ctx = Context(settings=settings, database_url=args.database_url)
         try:
             result: int = args.run(ctx, args)
         finally:
@@ -62,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OperationalError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         print(f"error: cannot use the database: {reason}", file=sys.stderr)
+        return EXIT_ERROR
+    except ProgrammingError as exc:
+        # Every table a command reads is dms's own: a missing one means a missing migration.
+        if not isinstance(exc.orig, psycopg.errors.UndefinedTable):
+            raise
+        print(f"error: {NotMigrated()}", file=sys.stderr)
         return EXIT_ERROR
     except DmsError as exc:
         print(f"error: {exc}", file=sys.stderr)

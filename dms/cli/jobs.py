@@ -9,9 +9,13 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from dms import jobs
+from sqlalchemy.engine import Connection
+
+from dms import jobs, tenancy
 from dms.cli.arguments import duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.cli.output import add_json_flag, emit_json
+from dms.health import require_migrated
 from dms.jobs import Job, Worker
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
@@ -31,10 +35,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
     stats.add_argument("--kind", help="only jobs of this kind")
     stats.add_argument("--tenant", help="only jobs of this tenant")
+    add_json_flag(stats)
     stats.set_defaults(run=_stats)
     dead = job_commands.add_parser("dead", help="list dead jobs, most recent first")
     _filters(dead)
     dead.add_argument("--limit", type=positive, default=100, help="at most this many (100)")
+    add_json_flag(dead)
     dead.set_defaults(run=_dead)
     requeue = job_commands.add_parser("requeue", help="put dead jobs back in the queue")
     requeue.add_argument("job_id", nargs="?", type=uuid.UUID, help="one dead job")
@@ -58,7 +64,16 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--older-than", type=duration, help="only jobs dead for this long")
 
 
+def _require_tenant(conn: Connection, tenant: str | None) -> None:
+    """A filter on a tenant that does not exist is a mistake, not an empty result."""
+    if tenant is not None:
+        tenancy.get_tenant(conn, tenant)
+
+
 def _worker(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        # Without its table a worker would retry its claims forever.
+        require_migrated(conn)
     blobs = LocalBlobStore(Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs")
     worker = Worker(
         ctx.engine,
@@ -79,7 +94,11 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
 
 def _stats(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.engine.connect() as conn:
+        _require_tenant(conn, args.tenant)
         stats = jobs.stats(conn, tenant=args.tenant, kind=args.kind)
+    if args.json:
+        emit_json(stats)
+        return EXIT_OK
     for count in stats.counts:
         print(f"{count.tenant}\t{count.kind}\t{count.state.value}\t{count.count}")
     age = stats.oldest_queued_age
@@ -96,9 +115,13 @@ def _print_jobs(found: list[Job]) -> None:
 
 def _dead(ctx: Context, args: argparse.Namespace) -> int:
     with ctx.engine.connect() as conn:
+        _require_tenant(conn, args.tenant)
         found = jobs.dead_letter(
             conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than, limit=args.limit
         )
+    if args.json:
+        emit_json(found)
+        return EXIT_OK
     _print_jobs(found)
     print(f"{len(found)} dead job(s) shown")
     return EXIT_OK
@@ -109,6 +132,7 @@ def _requeue(ctx: Context, args: argparse.Namespace) -> int:
         print("error: give a job id, or --dead with optional filters", file=sys.stderr)
         return EXIT_ERROR
     with ctx.engine.begin() as conn:
+        _require_tenant(conn, args.tenant)
         if args.job_id is not None:
             moved = [jobs.requeue_dead_letter(conn, args.job_id)]
         else:

@@ -29,6 +29,7 @@ EXPECTED = [
     "MigrationError",
     "MigrationFailed",
     "NotFound",
+    "NotMigrated",
     "Page",
     "Revision",
     "Settings",
@@ -49,7 +50,7 @@ EXPECTED = [
     "upgrade",
 ]
 
-PACKAGES = ["dms", "dms.domain", "dms.jobs"]
+PACKAGES = ["dms", "dms.cli", "dms.domain", "dms.jobs", "dms.testing"]
 
 
 def test_dms_exports_exactly_the_expected_names() -> None:

@@ -1,0 +1,163 @@
+"""The ``dms`` command as an operator meets it: one line per mistake, logs, JSON, version."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from dms import jobs
+from dms.cli import build_parser, main
+from dms.users import create_users_stand_in
+
+NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
+
+
+def _url(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def unmigrated_url(empty_database_url: URL) -> str:
+    """A database with the users stand-in and nothing of dms."""
+    engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
+    create_users_stand_in(engine)
+    engine.dispose()
+    return _url(empty_database_url)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tenants", "create", "acme"],
+        ["tenants", "list"],
+        ["jobs", "stats"],
+        ["jobs", "dead"],
+        ["jobs", "prune"],
+        ["jobs", "requeue", "--dead"],
+        ["seed"],
+        ["worker"],
+    ],
+)
+def test_an_unmigrated_database_gets_one_line_and_exit_1(
+    unmigrated_url: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", unmigrated_url, *command]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [NOT_MIGRATED]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs", "stats", "--tenant", "nope"],
+        ["jobs", "dead", "--tenant", "nope"],
+        ["jobs", "requeue", "--dead", "--tenant", "nope"],
+    ],
+)
+def test_a_filter_on_a_tenant_that_does_not_exist_says_so(
+    database_url: URL, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", _url(database_url), *command]) == 1
+    assert capsys.readouterr().err.splitlines() == ["error: tenant 'nope' does not exist"]
+
+
+def test_jobs_stats_and_dead_as_json(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        jobs.enqueue(conn, "test.cli.json", {"n": 1}, tenant=tenant)
+    engine.dispose()
+    url = _url(database_url)
+    capsys.readouterr()
+
+    assert main(["--database-url", url, "jobs", "stats", "--tenant", tenant, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert main(["--database-url", url, "jobs", "dead", "--tenant", tenant, "--json"]) == 0
+    dead = json.loads(capsys.readouterr().out)
+
+    assert stats["counts"] == [
+        {"tenant": tenant, "kind": "test.cli.json", "state": "queued", "count": 1}
+    ]
+    assert isinstance(stats["oldest_queued_age"], float)
+    assert dead == []
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == "dms 0.1.0"
+
+
+def test_python_dash_m_dms_and_help_without_markup() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "dms", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: dms ")
+    assert "``" not in result.stdout
+    assert ":func:" not in result.stdout
+
+
+def test_every_argument_has_help() -> None:
+    missing: list[str] = []
+
+    def visit(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                # A group of subcommands: each of them needs its own line of help.
+                missing.extend(
+                    f"{path} {choice.dest}" for choice in action._choices_actions if not choice.help
+                )
+                for name, sub in action.choices.items():
+                    visit(sub, f"{path} {name}")
+            elif action.help is None:
+                missing.append(f"{path} {action.dest}")
+
+    visit(build_parser(), "dms")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [([], "WARNING"), (["-v"], "INFO"), (["-vv"], "DEBUG"), (["--log-level", "error"], "ERROR")],
+)
+def test_log_level_from_flags(
+    flags: list[str], level: str, unmigrated_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main([*flags, "--database-url", unmigrated_url, "server", "status"])
+    assert logging.getLevelName(logging.getLogger().level) == level
+    capsys.readouterr()
+
+
+def test_json_log_lines(unmigrated_url: str) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dms",
+            "-v",
+            "--log-format",
+            "json",
+            "--database-url",
+            unmigrated_url,
+            "alembic",
+            "current",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+
+    assert result.returncode == 0, result.stderr
+    assert lines
+    assert {"time", "level", "logger", "message"} <= set(lines[0])
