@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from dms import jobs, tenancy
 from dms.cli.arguments import duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
 from dms.health import require_migrated
 from dms.jobs import Job, Worker
@@ -28,6 +29,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     worker.add_argument("--kinds", nargs="+", help="only these job kinds")
     worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
     worker.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    worker.add_argument(
+        "--metrics-port",
+        type=positive,
+        help="also serve the queue's Prometheus metrics on this port (dms[metrics])",
+    )
     worker.set_defaults(run=_worker)
 
     job_parser = commands.add_parser("jobs", help="inspect and repair the job queue")
@@ -82,6 +88,8 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),
     )
+    if args.metrics_port is not None:
+        metrics_module().serve(ctx.engine, args.metrics_port)
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
     # Everything this process needs is loaded: keep the collector's full passes off those
     # objects (docs/jobs.md, "Running workers in production").

@@ -1171,6 +1171,19 @@ def stats(target: Executor, *, tenant: str | None = None, kind: str | None = Non
     )
 
 
+def count_expired_leases(target: Executor, *, older_than: timedelta = timedelta(0)) -> int:
+    """Running jobs whose lease expired over ``older_than`` ago and that no worker took back.
+
+    Workers take expired leases back within a quarter lease: a count above zero for longer
+    than that means no worker of those kinds is running (``dms healthcheck``).
+    """
+    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
+    query = sa.select(sa.func.count()).where(
+        jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < cutoff
+    )
+    return int(_conn(target).scalar(query) or 0)
+
+
 def prune(
     target: Executor,
     *,

@@ -1,0 +1,225 @@
+"""dms healthcheck and the queue's health figures and metrics, against a real server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from prometheus_client import generate_latest
+from sqlalchemy.engine import URL, Engine
+
+import dms
+from dms import health, jobs, migrations, tenancy
+from dms.cli import main
+from dms.cli.health import metrics_module
+from dms.errors import ConfigurationError
+from dms.jobs.tables import processing_jobs
+from dms.metrics import registry_for
+from dms.users import create_users_stand_in
+from tests.jobs.conftest import wait_for
+
+
+def _url(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def kind() -> str:
+    return f"test.health.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def own_db(empty_database_url: URL) -> Iterator[Engine]:
+    """A database of this test's own at head, with the users stand-in and no jobs."""
+    engine = sa.create_engine(empty_database_url)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_a_healthy_database(own_db: Engine, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", _url(own_db.url), "healthcheck"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    head = migrations.head_revision()
+    assert lines[:4] == [
+        "ok    database  reachable",
+        f"ok    schemas   shared schema and 0 tenant(s) at head {head}",
+        "ok    queue     no runnable job waits",
+        "ok    leases    every expired lease taken back within 60 s",
+    ]
+    assert lines[-1] == "healthy"
+
+
+def test_an_unmigrated_database_is_unhealthy(
+    empty_database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--database-url", _url(empty_database_url), "healthcheck"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+
+    head = migrations.head_revision()
+    assert lines == [
+        "ok    database  reachable",
+        f"FAIL  schemas   shared schema not at head {head}: run `dms migrate`",
+        "unhealthy",
+    ]
+
+
+def test_an_unreachable_database_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    url = f"postgresql://nobody@127.0.0.1:{port}/none"
+
+    assert main(["--database-url", url, "healthcheck"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: cannot use the database: ")
+
+
+def test_a_tenant_behind_head_is_named(
+    database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = sa.create_engine(database_url)
+    slug = f"h{uuid.uuid4().hex[:10]}"
+    tenancy.create_tenant(engine, slug)
+    try:
+        migrations.downgrade(engine, "-1", tenant=slug)
+        checks = {c.name: c for c in health.check(engine)}
+    finally:
+        tenancy.drop_tenant(engine, slug)
+        engine.dispose()
+
+    assert not checks["schemas"].ok
+    assert slug in checks["schemas"].detail
+
+
+def test_an_old_runnable_job_and_an_untaken_expired_lease_fail(
+    own_db: Engine, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenancy.create_tenant(own_db, "acme")
+    with own_db.begin() as conn:
+        old = datetime.now(timezone.utc) - timedelta(minutes=10)
+        jobs.enqueue(conn, kind, {}, tenant="acme", run_at=old)
+        stuck = jobs.enqueue(conn, kind, {}, tenant="acme", run_at=old).job_id
+        conn.execute(
+            sa.update(processing_jobs)
+            .where(processing_jobs.c.id == stuck)
+            .values(
+                state="running",
+                locked_by="a worker that died",
+                attempts=1,
+                lease_expires_at=sa.func.now() - timedelta(minutes=2),
+            )
+        )
+
+    checks = {c.name: c for c in health.check(own_db)}
+    assert main(["--database-url", _url(own_db.url), "healthcheck", "--json"]) == 1
+
+    assert not checks["queue"].ok
+    assert checks["queue"].detail.startswith("oldest runnable job waits 6")
+    assert (checks["leases"].ok, checks["leases"].detail) == (
+        False,
+        "1 running job(s) with a lease expired over 60 s ago: no worker takes them back",
+    )
+    assert health.check(own_db, max_queue_age=timedelta(hours=1))[2].ok
+
+
+def test_the_oldest_snapshot_holding_back_cleanup_is_reported(own_db: Engine) -> None:
+    with own_db.connect() as holder:
+        holder.execute(sa.text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+        holder.execute(sa.select(1))  # takes the snapshot
+        for _ in range(3):  # three transactions newer than that snapshot
+            with own_db.begin() as conn:
+                conn.execute(sa.select(sa.func.txid_current()))
+        with own_db.connect() as conn:
+            figures = health.queue_health(conn)
+        holder.rollback()
+
+    assert figures.cleanup_holder is not None
+    assert figures.cleanup_holder.age_xids >= 3
+
+
+def test_a_vacuum_is_seen(own_db: Engine) -> None:
+    with own_db.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM dms.processing_jobs")
+
+    def vacuumed() -> bool:
+        with own_db.connect() as conn:
+            return health.queue_health(conn).last_vacuum is not None
+
+    wait_for(vacuumed, timeout=10)
+
+
+def test_metrics_show_the_queue(own_db: Engine, kind: str) -> None:
+    tenancy.create_tenant(own_db, "acme")
+    with own_db.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant="acme")
+
+    text = generate_latest(registry_for(own_db)).decode()
+
+    assert "dms_up 1.0" in text
+    assert f'dms_jobs{{kind="{kind}",state="queued"}} 1.0' in text
+    assert "dms_jobs_expired_leases 0.0" in text
+    assert 'dms_jobs_table_rows{kind="dead"}' in text
+
+
+def test_metrics_of_an_unreachable_database_say_down() -> None:
+    engine = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    text = generate_latest(registry_for(engine)).decode()
+
+    assert "dms_up 0.0" in text
+    assert "dms_jobs{" not in text
+
+
+def test_without_the_prometheus_client_one_line_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a missing prometheus_client looks like to the import of dms.metrics.
+    monkeypatch.setitem(sys.modules, "dms.metrics", None)
+    monkeypatch.delattr(dms, "metrics", raising=False)
+
+    with pytest.raises(ConfigurationError, match=r"pip install 'dms\[metrics\]'"):
+        metrics_module()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["metrics", "--port"], ["worker", "--metrics-port"]])
+def test_the_exporter_serves_until_sigterm(own_db: Engine, command: list[str]) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dms", "--database-url", _url(own_db.url), *command, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        body = _scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+
+    assert "dms_up 1.0" in body
+    assert process.returncode == 0, err
+
+
+def _scrape(url: str) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 -- localhost
+                return str(response.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
