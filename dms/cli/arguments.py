@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
+from typing import Any
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -30,4 +32,25 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def json_value(text: str) -> Any:
+    """Parse a JSON document (a job's payload)."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def moment(text: str) -> datetime:
+    """Parse an ISO 8601 date and time with its UTC offset (``2026-12-24T18:00+01:00``)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 date and time: {text!r} (try 2026-12-24T18:00:00+00:00)"
+        ) from None
+    if value.utcoffset() is None:
+        raise argparse.ArgumentTypeError(f"give a UTC offset: {text!r} (e.g. +00:00)")
     return value

@@ -1,9 +1,10 @@
-"""``dms worker`` and ``dms jobs stats|dead|requeue|prune``: the job queue."""
+"""``dms worker`` and ``dms jobs enqueue|show|stats|dead|requeue|prune``: the job queue."""
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import uuid
 from datetime import timedelta
@@ -12,12 +13,13 @@ from pathlib import Path
 from sqlalchemy.engine import Connection
 
 from dms import jobs, tenancy
-from dms.cli.arguments import duration, positive
+from dms.cli.arguments import duration, json_value, moment, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
 from dms.health import require_migrated
 from dms.jobs import Job, Worker
+from dms.jobs.queue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
 
@@ -38,6 +40,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     job_parser = commands.add_parser("jobs", help="inspect and repair the job queue")
     job_commands = job_parser.add_subparsers(dest="jobs_command", required=True)
+    enqueue = job_commands.add_parser("enqueue", help="enqueue one job")
+    enqueue.add_argument("kind", help="the job's kind, e.g. revision.verify")
+    enqueue.add_argument("--tenant", required=True, help="the tenant the job works for")
+    enqueue.add_argument(
+        "--payload", type=json_value, default={}, help="the payload as JSON (default {})"
+    )
+    enqueue.add_argument("--idempotency-key", help="enqueue at most once per (tenant, kind, key)")
+    enqueue.add_argument("--run-at", type=moment, help="not before this ISO 8601 time")
+    enqueue.add_argument("--priority", type=int, default=0, help="smaller runs first (0)")
+    enqueue.add_argument(
+        "--max-attempts", type=positive, help=f"claims before it goes dead ({DEFAULT_MAX_ATTEMPTS})"
+    )
+    add_json_flag(enqueue)
+    enqueue.set_defaults(run=_enqueue)
+    show = job_commands.add_parser("show", help="one job with its error history")
+    show.add_argument("job_id", type=uuid.UUID, help="the job's id")
+    add_json_flag(show)
+    show.set_defaults(run=_show)
     stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
     stats.add_argument("--kind", help="only jobs of this kind")
     stats.add_argument("--tenant", help="only jobs of this tenant")
@@ -97,6 +117,43 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     gc.freeze()
     worker.run_until_stopped()
     print("worker stopped")
+    return EXIT_OK
+
+
+def _enqueue(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.begin() as conn:
+        result = jobs.enqueue(
+            conn,
+            args.kind,
+            args.payload,
+            tenant=args.tenant,
+            idempotency_key=args.idempotency_key,
+            run_at=args.run_at,
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+        )
+    if args.json:
+        emit_json({"job_id": result.job_id, "created": result.created})
+    else:
+        print(f"{'enqueued' if result.created else 'already enqueued'} job {result.job_id}")
+    return EXIT_OK
+
+
+def _show(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        job = jobs.get(conn, args.job_id)
+    if args.json:
+        emit_json(job)
+        return EXIT_OK
+    lease = "" if job.lease_expires_at is None else f", lease until {job.lease_expires_at}"
+    print(f"job {job.id}: {job.kind} for tenant {job.tenant}")
+    print(f"state {job.state.value}, attempt {job.attempts} of {job.max_attempts}{lease}")
+    print(f"created {job.created_at}, runs at {job.run_at}, finished {job.finished_at or '-'}")
+    print(f"payload {json.dumps(job.payload)}")
+    for entry in job.errors:
+        print(f"attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}")
+    if job.last_error:
+        print(f"last error:\n{job.last_error}")
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -161,3 +162,66 @@ def test_json_log_lines(unmigrated_url: str) -> None:
     assert result.returncode == 0, result.stderr
     assert lines
     assert {"time", "level", "logger", "message"} <= set(lines[0])
+
+
+def test_jobs_enqueue_once_per_key_and_show(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    enqueue = ["--database-url", url, "jobs", "enqueue", "test.cli.enqueue", "--tenant", tenant]
+    keyed = [*enqueue, "--payload", '{"n": 1}', "--idempotency-key", "k1"]
+    capsys.readouterr()
+
+    assert main(keyed) == 0
+    first = capsys.readouterr().out.strip()
+    assert main(keyed) == 0
+    again = capsys.readouterr().out.strip()
+    job_id = first.rsplit(" ", 1)[1]
+    assert main(["--database-url", url, "jobs", "show", job_id]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert main(["--database-url", url, "jobs", "show", job_id, "--json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+
+    assert first == f"enqueued job {job_id}"
+    assert again == f"already enqueued job {job_id}"
+    assert shown[0] == f"job {job_id}: test.cli.enqueue for tenant {tenant}"
+    assert shown[1] == "state queued, attempt 0 of 25"
+    assert 'payload {"n": 1}' in shown
+    assert (as_json["id"], as_json["state"], as_json["payload"]) == (job_id, "queued", {"n": 1})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--payload", "{nope"], "argument --payload: not JSON: "),
+        (["--run-at", "2026-12-24T18:00"], "argument --run-at: give a UTC offset: "),
+        (["--run-at", "Christmas"], "argument --run-at: not an ISO 8601 date and time: "),
+    ],
+)
+def test_jobs_enqueue_rejects_bad_arguments_in_one_line(
+    database_url: URL,
+    tenant: str,
+    arguments: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    command = ["--database-url", _url(database_url), "jobs", "enqueue", "k", "--tenant", tenant]
+    with pytest.raises(SystemExit) as exited:
+        main([*command, *arguments])
+
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1].startswith(f"dms jobs enqueue: error: {message}")
+    )
+
+
+def test_jobs_enqueue_for_a_missing_tenant_and_show_of_a_missing_job(
+    database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    missing = uuid.uuid4()
+
+    assert main(["--database-url", url, "jobs", "enqueue", "k", "--tenant", "nope"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["error: tenant 'nope' does not exist"]
+    assert main(["--database-url", url, "jobs", "show", str(missing)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: job {missing} does not exist"]
