@@ -6,8 +6,10 @@ Each test starts a server of its own in a new data folder (a few seconds) and st
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,11 +26,20 @@ RACERS = 4
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    """A data folder that does not exist yet; its server is stopped after the test."""
-    folder = tmp_path / "never-used" / "dms"
-    yield folder
-    embedded.stop(folder)
+def data_dir() -> Iterator[Path]:
+    """A data folder that does not exist yet; its server is stopped after the test.
+
+    Not under pytest's ``tmp_path``: every pytest session that starts (another xdist worker,
+    another run on the machine) makes its root private again (0700), and the server runs as
+    the wheel's own user when we are root.
+    """
+    parent = Path(tempfile.mkdtemp(prefix="dms-embedded-test-"))
+    folder = parent / "never-used" / "dms"
+    try:
+        yield folder
+    finally:
+        embedded.stop(folder)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def _environment(data_dir: Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,17 +104,19 @@ def run_blocks(
     rendered = url.render_as_string(hide_password=False)
     monkeypatch.setenv("DMS_DATABASE_URL", rendered)
     namespace: dict[str, object] = {"__name__": "readme"}
-    for block in blocks:
-        if block.language == "python":
-            capsys.readouterr()
-            exec(compile(block.code, str(README), "exec"), namespace)  # noqa: S102 -- our README
-            assert capsys.readouterr().out.splitlines() == expected_output(block)
-        elif block.language == "sh":
-            for line in commands(block):
-                run_command(line, rendered)
-    engine = namespace.get("engine")
-    if isinstance(engine, sa.Engine):
-        engine.dispose()
+    try:
+        for block in blocks:
+            if block.language == "python":
+                capsys.readouterr()
+                exec(compile(block.code, str(README), "exec"), namespace)  # noqa: S102 -- README
+                assert capsys.readouterr().out.splitlines() == expected_output(block)
+            elif block.language == "sh":
+                for line in commands(block):
+                    run_command(line, rendered)
+    finally:  # also when a block fails: its pooled connections must not outlive the test
+        engine = namespace.get("engine")
+        if isinstance(engine, sa.Engine):
+            engine.dispose()
     return len(blocks)
 
 
@@ -133,9 +136,24 @@ def run_command(line: str, url: str) -> None:
         out, err = process.communicate(timeout=until_stopped or 120)
     except subprocess.TimeoutExpired:
         assert until_stopped is not None, f"{line!r} did not finish"
+        # SIGTERM before the command handles it would kill it, not stop it: on a loaded
+        # machine the import alone can take longer than the wait above.
+        wait_until_it_catches_sigterm(process.pid)
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     assert process.returncode == 0, f"{line!r} exited {process.returncode}: {out}{err}"
+
+
+def wait_until_it_catches_sigterm(pid: int, timeout: float = 60.0) -> None:
+    """Wait until process ``pid`` has a handler for SIGTERM (Linux: ``SigCgt`` in its status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} installed no SIGTERM handler within {timeout} s")
 
 
 @pytest.mark.parametrize("section", SELF_CONTAINED)
