@@ -187,7 +187,7 @@ def check_range_bound(field: MetadataField, bound: object) -> MetadataValue:
     return check_value(field, bound)
 
 
-def to_json(field_type: FieldType, value: MetadataValue) -> Any:
+def to_json(value: MetadataValue) -> Any:
     """Return ``value`` as JSON, for a field's default."""
     if isinstance(value, frozenset):
         return sorted(str(item) for item in value)

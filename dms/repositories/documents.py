@@ -161,13 +161,6 @@ class DocumentRepository(Repository):
         """
         self._conn.execute(LockTable(_d, "SHARE ROW EXCLUSIVE"))
 
-    def ids_in_tenant(self, document_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
-        """Return which of ``document_ids`` are live documents of this tenant."""
-        rows = self._conn.execute(
-            sa.select(_d.c.id).where(_d.c.id.in_(list(document_ids)), _d.c.deleted_at.is_(None))
-        )
-        return set(rows.scalars())
-
     def search(
         self, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
     ) -> Page[Document]:

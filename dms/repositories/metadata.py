@@ -290,9 +290,7 @@ class MetadataRepository(Repository):
             return field
         checked = check_value(field, default)
         self._conn.execute(
-            sa.update(_f)
-            .where(_f.c.id == field.id)
-            .values(default_value=to_json(field.field_type, checked))
+            sa.update(_f).where(_f.c.id == field.id).values(default_value=to_json(checked))
         )
         return self.get_field(field.id)
 

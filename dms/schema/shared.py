@@ -9,9 +9,6 @@ from dms.schema.naming import NAMING_CONVENTION
 
 metadata = sa.MetaData(schema=SHARED_SCHEMA, naming_convention=NAMING_CONVENTION)
 
-#: Lifecycle of a tenant in the registry.
-TENANT_STATES = ("active", "suspended")
-
 #: The registry: the source of truth for which tenant schemas exist.
 tenants = sa.Table(
     "tenants",

@@ -184,7 +184,7 @@ def test_range_bound_is_checked_like_a_value() -> None:
     ],
 )
 def test_defaults_round_trip_through_json(kind: FieldType, value: object) -> None:
-    stored = to_json(kind, value)  # type: ignore[arg-type]
+    stored = to_json(value)  # type: ignore[arg-type]
     assert from_json(kind, stored) == value
     assert from_json(kind, None) is None
 
