@@ -25,10 +25,10 @@ from sqlalchemy.schema import CreateSchema, DropSchema
 
 from dms.config import SHARED_SCHEMA, Settings
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound
-from dms.schema.shared import tenants
+from dms.schema.shared import TENANT_SLUG_PATTERN, tenants
 from dms.schema.tenant import USERS_SCHEMA
 
-_SLUG = re.compile(r"[a-z][a-z0-9_]{0,39}")
+_SLUG = re.compile(TENANT_SLUG_PATTERN)
 _SCHEMA_PREFIX = "tenant_"
 _RESERVED_SLUGS = frozenset({SHARED_SCHEMA, "public", "information_schema"})
 

@@ -9,6 +9,10 @@ from dms.schema.naming import NAMING_CONVENTION
 
 metadata = sa.MetaData(schema=SHARED_SCHEMA, naming_convention=NAMING_CONVENTION)
 
+#: A tenant key, as a regular expression that means the same to Python and PostgreSQL: the
+#: registry's CHECK and :func:`dms.tenancy.validate_slug` both use it (anchored on each side).
+TENANT_SLUG_PATTERN = "[a-z][a-z0-9_]{0,39}"
+
 #: The registry: the source of truth for which tenant schemas exist.
 tenants = sa.Table(
     "tenants",
@@ -20,7 +24,7 @@ tenants = sa.Table(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
     sa.UniqueConstraint("schema_name"),
-    sa.CheckConstraint("slug ~ '^[a-z][a-z0-9_]{0,39}$'", name="slug_format"),
+    sa.CheckConstraint(f"slug ~ '^{TENANT_SLUG_PATTERN}$'", name="slug_format"),
     sa.CheckConstraint("schema_name = 'tenant_' || slug", name="schema_name_from_slug"),
     sa.CheckConstraint("state IN ('active', 'suspended')", name="state_known"),
 )

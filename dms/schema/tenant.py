@@ -19,9 +19,12 @@ a migration, a hand-written ``psql`` session) can break it:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
+from dms.domain.model import FieldType
 from dms.schema.naming import NAMING_CONVENTION
 
 #: Placeholder schema of the IAM ``users`` table; routing maps it to the configured schema.
@@ -30,19 +33,17 @@ USERS_SCHEMA = "public"
 #: Deepest folder level; the root level is 1.
 MAX_FOLDER_DEPTH = 32
 
-#: Types a metadata field can have, each stored in its own typed column.
-FIELD_TYPES = ("string", "text", "int", "decimal", "date", "bool", "url", "select", "multi_select")
-
-#: The column that holds a value of each field type (multi-select values are link rows).
+#: The column that holds a value of each field type, keyed by :class:`FieldType` value
+#: (multi-select values are link rows). The field types themselves are :class:`FieldType`'s.
 VALUE_COLUMNS = {
-    "string": "value_string",
-    "text": "value_text",
-    "int": "value_int",
-    "decimal": "value_decimal",
-    "date": "value_date",
-    "bool": "value_bool",
-    "url": "value_url",
-    "select": "option_id",
+    FieldType.STRING.value: "value_string",
+    FieldType.TEXT.value: "value_text",
+    FieldType.INT.value: "value_int",
+    FieldType.DECIMAL.value: "value_decimal",
+    FieldType.DATE.value: "value_date",
+    FieldType.BOOL.value: "value_bool",
+    FieldType.URL.value: "value_url",
+    FieldType.SELECT.value: "option_id",
 }
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
@@ -197,7 +198,14 @@ document_tags = sa.Table(
 # tags" reads the links by index alone (migration 0003).
 sa.Index("ix_document_tags_tag_id_document_id", document_tags.c.tag_id, document_tags.c.document_id)
 
-_field_type_list = ", ".join(f"'{name}'" for name in FIELD_TYPES)
+
+def _sql_list(kinds: Iterable[FieldType]) -> str:
+    # Enum values are fixed identifiers of ours, never caller text.
+    return ", ".join(f"'{kind.value}'" for kind in kinds)
+
+
+_MULTI_SELECT = FieldType.MULTI_SELECT.value
+
 
 metadata_fields = sa.Table(
     "metadata_fields",
@@ -212,7 +220,7 @@ metadata_fields = sa.Table(
     _updated_at(),
     sa.UniqueConstraint("id", "field_type"),
     sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="name_valid"),
-    sa.CheckConstraint(f"field_type IN ({_field_type_list})", name="field_type_known"),
+    sa.CheckConstraint(f"field_type IN ({_sql_list(FieldType)})", name="field_type_known"),
 )
 sa.Index("uq_metadata_fields_name", sa.func.lower(metadata_fields.c.name), unique=True)
 sa.Index("ix_metadata_fields_created_by", metadata_fields.c.created_by)
@@ -236,7 +244,10 @@ metadata_field_options = sa.Table(
         ondelete="CASCADE",
     ),
     sa.UniqueConstraint("field_id", "id"),
-    sa.CheckConstraint("field_type IN ('select', 'multi_select')", name="field_has_options"),
+    sa.CheckConstraint(
+        f"field_type IN ({_sql_list(kind for kind in FieldType if kind.has_options)})",
+        name="field_has_options",
+    ),
     sa.CheckConstraint("btrim(value) <> '' AND length(value) <= 200", name="value_valid"),
 )
 sa.Index(
@@ -287,7 +298,7 @@ document_metadata = sa.Table(
     sa.UniqueConstraint("document_id", "field_id", "field_type"),
     # Exactly the column of the field's type is filled; multi-select values are link rows.
     sa.CheckConstraint(
-        f"num_nonnulls({_value_columns}) = (field_type <> 'multi_select')::int "
+        f"num_nonnulls({_value_columns}) = (field_type <> '{_MULTI_SELECT}')::int "
         f"AND CASE field_type {_value_cases} ELSE true END",
         name="value_matches_type",
     ),
@@ -309,7 +320,7 @@ document_metadata_choices = sa.Table(
     sa.Column("document_id", sa.Uuid, primary_key=True),
     sa.Column("field_id", sa.Uuid, primary_key=True),
     sa.Column("option_id", sa.Uuid, primary_key=True),
-    sa.Column("field_type", sa.Text, nullable=False, server_default="multi_select"),
+    sa.Column("field_type", sa.Text, nullable=False, server_default=_MULTI_SELECT),
     sa.ForeignKeyConstraint(
         ["document_id", "field_id", "field_type"],
         [
@@ -326,7 +337,7 @@ document_metadata_choices = sa.Table(
         name="fk_document_metadata_choices_option",
         ondelete="RESTRICT",
     ),
-    sa.CheckConstraint("field_type = 'multi_select'", name="multi_select_only"),
+    sa.CheckConstraint(f"field_type = '{_MULTI_SELECT}'", name="multi_select_only"),
 )
 sa.Index(
     "ix_document_metadata_choices_field_option",

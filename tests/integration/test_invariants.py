@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dms import tenancy
 from dms.config import Settings
+from dms.domain import FieldType
 from dms.schema import tenant as t
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.testing.factories import (
@@ -861,7 +862,7 @@ class Fields:
 @pytest.fixture
 def fields(tenant_conn: Connection, user_id: uuid.UUID) -> Fields:
     result = Fields()
-    for field_type in t.FIELD_TYPES:
+    for field_type in (kind.value for kind in FieldType):
         result.by_type[field_type] = MetadataFieldFactory(
             conn=tenant_conn, created_by=user_id, field_type=field_type
         )
@@ -991,7 +992,10 @@ def test_multi_select_value_with_an_option_column_is_refused(
     )
 
 
-@pytest.mark.parametrize("field_type", sorted(set(t.FIELD_TYPES) - {"select", "multi_select"}))
+_WITHOUT_OPTIONS = sorted(kind.value for kind in FieldType if not kind.has_options)
+
+
+@pytest.mark.parametrize("field_type", _WITHOUT_OPTIONS)
 def test_options_of_a_field_without_options_are_refused(
     tenant_conn: Connection, fields: Fields, field_type: str
 ) -> None:

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from dms import jobs, migrations, tenancy
+from dms.domain import FieldType
 from dms.processing import VERIFY_REVISION
 from dms.schema import tenant as t
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS, seed
@@ -49,7 +50,7 @@ def test_seed_twice_fills_once(empty_database_url: URL, tmp_path: Path) -> None:
         assert counts["documents"] == DOCUMENTS_PER_TENANT
         assert DOCUMENTS_PER_TENANT <= counts["file_revisions"] <= 3 * DOCUMENTS_PER_TENANT
         # one field of every type, plus the two that revision verification writes
-        assert counts["metadata_fields"] == len(t.FIELD_TYPES) + 2
+        assert counts["metadata_fields"] == len(FieldType) + 2
         assert counts["document_metadata_choices"] > 0
         assert counts["document_tags"] > 0
 
@@ -78,6 +79,6 @@ def test_seed_covers_every_field_type_and_three_folder_levels(
             .where(t.documents.c.current_revision_id.is_(None))
         )
     engine.dispose()
-    assert types == set(t.FIELD_TYPES)
+    assert types == {kind.value for kind in FieldType}
     assert (deepest or 0) > 0
     assert without_current == 0
