@@ -13,6 +13,7 @@ of work (``dms.jobs.enqueue(uow, ...)``) commit or roll back with the business d
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ from dms.repositories import (
 from dms.repositories._base import Repository
 
 _R = TypeVar("_R", bound=Repository)
+
+log = logging.getLogger(__name__)
 
 
 class UnitOfWork:
@@ -73,7 +76,24 @@ class UnitOfWork:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Roll back whatever was not committed, and give the connection back."""
+        """Roll back whatever was not committed, and give the connection back.
+
+        When the block raised, a rollback that fails as well (its connection died, say) is
+        logged and the block's exception goes on: it is the cause, and the caller must see it.
+        """
+        try:
+            self._end()
+        except Exception:
+            if exc is None:
+                raise
+            log.warning(
+                "unit of work of tenant %r: rolling back after %s failed too",
+                self.tenant,
+                type(exc).__name__,
+                exc_info=True,
+            )
+
+    def _end(self) -> None:
         try:
             if self._transaction is not None and self._transaction.is_active:
                 self._transaction.rollback()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -90,6 +91,41 @@ def test_repositories_only_while_open(engine: Engine, tenant: str) -> None:
 def test_writes_need_a_user(engine: Engine, tenant: str) -> None:
     with UnitOfWork(engine, tenant=tenant) as uow, pytest.raises(ValidationError, match="user"):
         uow.documents.add(title="Anonymous.pdf")
+
+
+class _Cause(Exception):
+    """The error raised inside a unit of work, which must reach the caller."""
+
+
+def _lose_the_connection(engine: Engine, uow: UnitOfWork) -> None:
+    # A backend terminated by the server: the unit of work's ROLLBACK will fail.
+    pid = uow.connection.scalar(sa.select(sa.func.pg_backend_pid()))
+    with engine.connect() as other:
+        assert other.scalar(sa.select(sa.func.pg_terminate_backend(pid))) is True
+
+
+def test_a_failing_rollback_does_not_hide_the_error_that_caused_it(
+    engine: Engine, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fail() -> None:
+        with UnitOfWork(engine, tenant=tenant) as uow:
+            _lose_the_connection(engine, uow)
+            raise _Cause
+
+    with caplog.at_level(logging.WARNING, logger="dms.uow"), pytest.raises(_Cause):
+        fail()
+    failed = [record for record in caplog.records if record.name == "dms.uow"]
+    assert len(failed) == 1
+    assert failed[0].exc_info is not None
+    assert isinstance(failed[0].exc_info[1], sa.exc.DBAPIError)
+
+
+def test_a_failing_rollback_without_an_error_in_flight_is_raised(
+    engine: Engine, tenant: str
+) -> None:
+    """Control: the rollback above really fails, and says so when nothing else went wrong."""
+    with pytest.raises(sa.exc.DBAPIError), UnitOfWork(engine, tenant=tenant) as uow:
+        _lose_the_connection(engine, uow)
 
 
 def test_savepoint_undoes_only_its_block(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
