@@ -20,7 +20,7 @@ from decimal import Decimal
 from sqlalchemy.engine import Engine
 
 from dms import jobs, migrations, tenancy
-from dms.config import Settings
+from dms.config import Settings, settings_of
 from dms.domain import (
     Document,
     DocumentQuery,
@@ -85,11 +85,17 @@ class SeedReport:
 def seed(
     engine: Engine, *, blobs: LocalBlobStore | None = None, settings: Settings | None = None
 ) -> SeedReport:
-    """Insert the development data set, and enqueue the verification of every revision."""
-    settings = settings or Settings.from_env()
+    """Insert the development data set, and enqueue the verification of every revision.
+
+    ``settings`` default to ``engine``'s; ``blobs`` to a store in their data directory.
+    """
+    settings = settings if settings is not None else settings_of(engine)
     blobs = blobs or LocalBlobStore(settings.data_dir / "blobs")
     with engine.begin() as conn:
-        users = [create_user(conn, email=email, display_name=name) for email, name in SEED_USERS]
+        users = [
+            create_user(conn, email=email, display_name=name, settings=settings)
+            for email, name in SEED_USERS
+        ]
     report = SeedReport()
     for index, slug in enumerate(SEED_TENANTS):
         with contextlib.suppress(TenantExists):
@@ -222,9 +228,9 @@ def run_demo(
     """Migrate, seed, process the seeded jobs with a worker, and summarise: ``dms demo``.
 
     Waits at most ``timeout_seconds`` for the seed tenants' jobs; the result counts those still
-    queued or running then.
+    queued or running then. ``settings`` default to ``engine``'s.
     """
-    settings = settings or Settings.from_env()
+    settings = settings if settings is not None else settings_of(engine)
     blobs = LocalBlobStore(settings.data_dir / "blobs")
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)

@@ -23,7 +23,7 @@ from typing import TypeVar
 from sqlalchemy.engine import Connection, Engine, Transaction
 
 from dms import tenancy
-from dms.config import Settings
+from dms.config import Settings, settings_of
 from dms.errors import DmsError
 from dms.repositories import (
     DocumentRepository,
@@ -50,11 +50,14 @@ class UnitOfWork:
         user_id: uuid.UUID | None = None,
         settings: Settings | None = None,
     ) -> None:
-        """Prepare a unit of work; nothing touches the database before ``with``."""
+        """Prepare a unit of work; nothing touches the database before ``with``.
+
+        ``settings`` default to those that ``engine`` carries (:func:`dms.config.settings_of`).
+        """
         self.tenant = tenancy.validate_slug(tenant)
         self.user_id = user_id
         self._engine = engine
-        self._settings = settings or Settings.from_env()
+        self._settings = settings if settings is not None else settings_of(engine)
         self._conn: Connection | None = None
         self._transaction: Transaction | None = None
         self._used = False

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateSchema
 
-from dms.config import Settings
+from dms.config import Settings, settings_of
 from dms.schema.naming import NAMING_CONVENTION
 
 
@@ -41,8 +41,8 @@ def users_stand_in(schema: str) -> sa.Table:
 
 
 def users_table_exists(conn: Connection, settings: Settings | None = None) -> bool:
-    """Whether ``<users schema>.users`` exists."""
-    settings = settings or Settings.from_env()
+    """Whether ``<users schema>.users`` exists (``settings`` default to ``conn``'s)."""
+    settings = settings if settings is not None else settings_of(conn)
     qualified = sa.literal(f"{settings.users_schema}.users")
     return conn.scalar(sa.select(sa.func.to_regclass(qualified).is_not(None))) is True
 
@@ -51,9 +51,10 @@ def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> b
     """Create the development stand-in ``users`` table unless a ``users`` table exists.
 
     Returns whether it created the table. Safe when several processes call it at once: the
-    check and the creation run under a transaction-level advisory lock.
+    check and the creation run under a transaction-level advisory lock. ``settings`` default
+    to ``engine``'s.
     """
-    settings = settings or Settings.from_env()
+    settings = settings if settings is not None else settings_of(engine)
     with engine.begin() as conn:
         key = sa.func.hashtextextended(sa.literal(f"dms.users-stand-in:{settings.users_schema}"), 0)
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
@@ -67,8 +68,11 @@ def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> b
 def create_user(
     conn: Connection, *, email: str, display_name: str, settings: Settings | None = None
 ) -> uuid.UUID:
-    """Insert a stand-in user (or find it by e-mail) and return its id. Development only."""
-    settings = settings or Settings.from_env()
+    """Insert a stand-in user (or find it by e-mail) and return its id. Development only.
+
+    ``settings`` default to ``conn``'s.
+    """
+    settings = settings if settings is not None else settings_of(conn)
     users = users_stand_in(settings.users_schema)
     inserted: uuid.UUID | None = conn.scalar(
         insert(users)

@@ -12,9 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import tenancy
+from dms.config import Settings, with_settings
 from dms.domain import DocumentQuery
 from dms.errors import AlreadyExists, DmsError, NotFound, ValidationError
 from dms.schema import tenant as t
+from dms.schema.tenant import USERS_SCHEMA
 from dms.services import add_revision, create_document
 from dms.uow import UnitOfWork
 from tests.conftest import new_slug
@@ -191,3 +193,13 @@ def test_tenant_isolation_through_every_repository(
             uow.tags.tag([doc.id], [tag.id])
         with pytest.raises(NotFound):
             uow.documents.add(title="Intruder.pdf", folder_id=folder.id)
+
+
+def test_routes_users_by_the_settings_its_engine_carries(
+    engine: Engine, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMS_USERS_SCHEMA", "not_read")
+    carrying = with_settings(engine, Settings(users_schema="iam"))
+    with UnitOfWork(carrying, tenant=tenant) as uow:
+        routing = uow.connection.get_execution_options()["schema_translate_map"]
+    assert routing[USERS_SCHEMA] == "iam"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
-from dms.config import Settings
+from dms.config import Settings, with_settings
 from dms.testing.factories import FolderFactory
 from dms.users import create_user, create_users_stand_in, users_table_exists
 
@@ -38,5 +39,24 @@ def test_stand_in_goes_to_the_configured_schema(empty_database_url: URL) -> None
             user = create_user(conn, email="x@example.org", display_name="X", settings=settings)
             stored = conn.scalar(sa.text("SELECT id FROM iam.users WHERE email = 'x@example.org'"))
         assert stored == user
+    finally:
+        engine.dispose()
+
+
+def test_helpers_use_the_settings_their_engine_carries(
+    empty_database_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings are resolved once, at the engine; the environment is not read again."""
+    monkeypatch.setenv("DMS_USERS_SCHEMA", "not_read")
+    engine = with_settings(sa.create_engine(empty_database_url), Settings(users_schema="iam"))
+    try:
+        assert create_users_stand_in(engine) is True
+        with engine.begin() as conn:
+            assert users_table_exists(conn)
+            user = create_user(conn, email="y@example.org", display_name="Y")
+            stored = conn.scalar(sa.text("SELECT id FROM iam.users WHERE email = 'y@example.org'"))
+            missing = conn.scalar(sa.select(sa.func.to_regnamespace("not_read")))
+        assert stored == user
+        assert missing is None
     finally:
         engine.dispose()
