@@ -34,7 +34,7 @@ from dms.logs import LOG_FORMATS, LOG_LEVELS, LogFormat
 #: The schema that holds what ``dms`` owns across tenants (registry, job queue).
 SHARED_SCHEMA = "dms"
 
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def _default_data_dir(environ: Mapping[str, str]) -> Path:
@@ -56,7 +56,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail later, deep inside SQL."""
-        if not _IDENTIFIER.match(self.users_schema):
+        # fullmatch: re.match with $ would let a trailing newline through. PostgreSQL reserves
+        # pg_* schema names for itself.
+        if not _IDENTIFIER.fullmatch(self.users_schema) or self.users_schema.startswith("pg_"):
             raise ConfigurationError(
                 f"DMS_USERS_SCHEMA={self.users_schema!r} is not a plain lower-case schema name"
             )
