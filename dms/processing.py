@@ -20,6 +20,7 @@ from dms import jobs
 from dms.domain import FieldType, Revision
 from dms.errors import NotFound, ValidationError
 from dms.jobs import Enqueued, Handler, Job
+from dms.services import clear_value, define_field, set_value
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 
@@ -35,13 +36,13 @@ def define_processing_fields(uow: UnitOfWork) -> None:
     try:
         uow.metadata.get_field_by_name(INTEGRITY_FIELD)
     except NotFound:
-        uow.metadata.define_field(
-            name=INTEGRITY_FIELD, field_type=FieldType.SELECT, options=INTEGRITY_OUTCOMES
+        define_field(
+            uow, name=INTEGRITY_FIELD, field_type=FieldType.SELECT, options=INTEGRITY_OUTCOMES
         )
     try:
         uow.metadata.get_field_by_name(PREVIEW_FIELD)
     except NotFound:
-        uow.metadata.define_field(name=PREVIEW_FIELD, field_type=FieldType.TEXT)
+        define_field(uow, name=PREVIEW_FIELD, field_type=FieldType.TEXT)
 
 
 def enqueue_verification(uow: UnitOfWork, revision: Revision) -> Enqueued:
@@ -90,14 +91,12 @@ def verify_revision(store: LocalBlobStore) -> Handler:
         if document.current_revision_id != revision.id:
             return  # superseded: the document's metadata describes its current file only
         outcome, preview = _outcome(store, revision)
-        uow.metadata.set_value(
-            document.id, uow.metadata.get_field_by_name(INTEGRITY_FIELD).id, outcome
-        )
+        set_value(uow, document.id, uow.metadata.get_field_by_name(INTEGRITY_FIELD).id, outcome)
         preview_field = uow.metadata.get_field_by_name(PREVIEW_FIELD)
         if preview:
-            uow.metadata.set_value(document.id, preview_field.id, preview)
+            set_value(uow, document.id, preview_field.id, preview)
         else:
-            uow.metadata.clear_value(document.id, preview_field.id)
+            clear_value(uow, document.id, preview_field.id)
 
     return handle
 

@@ -39,7 +39,7 @@ from dms.processing import (
     enqueue_verification,
     handlers,
 )
-from dms.services import add_revision, create_document
+from dms.services import add_revision, create_document, define_field, search_documents
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 from dms.users import create_user
@@ -120,7 +120,7 @@ def _seed_tenant(uow: UnitOfWork, slug: str, blobs: LocalBlobStore) -> dict[str,
     leaves = _seed_folders(uow)
     tags = [uow.tags.add(name=name) for name in _TAGS]
     fields = [
-        uow.metadata.define_field(name=name, field_type=kind, options=options)
+        define_field(uow, name=name, field_type=kind, options=options)
         for name, kind, options in _FIELDS
     ]
     define_processing_fields(uow)
@@ -261,15 +261,15 @@ def _summary(engine: Engine) -> list[str]:
     lines = [f"{'tenant':<9}" + "".join(f"{h:>11}" for h in header)]
     for slug in SEED_TENANTS:
         with UnitOfWork(engine, tenant=slug) as uow:
-            documents = uow.documents.search(DocumentQuery(), limit=MAX_PAGE_SIZE).items
+            documents = search_documents(uow, DocumentQuery(), limit=MAX_PAGE_SIZE).items
             integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
             verified = MetadataFilter(field_id=integrity.id, equals="verified")
             counts = [
                 len(documents),
                 sum(len(uow.revisions.history(d.id)) for d in documents),
                 len(
-                    uow.documents.search(
-                        DocumentQuery(metadata=(verified,)), limit=MAX_PAGE_SIZE
+                    search_documents(
+                        uow, DocumentQuery(metadata=(verified,)), limit=MAX_PAGE_SIZE
                     ).items
                 ),
             ]

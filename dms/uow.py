@@ -9,6 +9,11 @@
 
 Single use. Nested work goes in :meth:`UnitOfWork.savepoint`. Jobs enqueued through the unit
 of work (``dms.jobs.enqueue(uow, ...)``) commit or roll back with the business data.
+
+A tenant name is checked when the unit of work is made (:class:`~dms.errors.InvalidTenantName`);
+whether the tenant exists is not asked up front, which would cost every unit of work a round
+trip: the first repository statement on a tenant that does not exist raises
+:class:`~dms.errors.TenantNotFound` (see :meth:`dms.repositories._base.Repository._execute`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine, Transaction
 
 from dms import tenancy
 from dms.config import Settings, settings_of
+from dms.domain.validation import check_optional_id
 from dms.errors import DmsError
 from dms.repositories import (
     DocumentRepository,
@@ -55,7 +61,7 @@ class UnitOfWork:
         ``settings`` default to those that ``engine`` carries (:func:`dms.config.settings_of`).
         """
         self.tenant = tenancy.validate_slug(tenant)
-        self.user_id = user_id
+        self.user_id = check_optional_id("user", user_id)
         self._engine = engine
         self._settings = settings if settings is not None else settings_of(engine)
         self._conn: Connection | None = None
@@ -159,5 +165,5 @@ class UnitOfWork:
         # Created on first use and only while open: a repository never outlives its connection.
         connection = self.connection
         if kind not in self._repositories:
-            self._repositories[kind] = kind(connection, user_id=self.user_id)
+            self._repositories[kind] = kind(connection, tenant=self.tenant, user_id=self.user_id)
         return self._repositories[kind]  # type: ignore[return-value]

@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 from dms.errors import ValidationError
 
 from .model import MetadataValue
+from .validation import check_flag, check_id, check_optional_id, check_text, shown
 
 #: Largest page a query may ask for; bigger pages are a bulk export, not a search.
 MAX_PAGE_SIZE = 1000
@@ -80,11 +81,13 @@ class Cursor:
     @classmethod
     def decode(cls, token: str) -> Cursor:
         """Return the cursor in ``token``; :class:`ValidationError` if it is not one."""
+        if not isinstance(token, str):
+            raise ValidationError(f"not a page cursor: {shown(token)}")
         try:
             title_key, id_ = json.loads(base64.urlsafe_b64decode(token.encode()))
             return cls(title_key=str(title_key), id=uuid.UUID(id_))
         except (ValueError, TypeError, binascii.Error) as exc:
-            raise ValidationError(f"not a page cursor: {token!r}") from exc
+            raise ValidationError(f"not a page cursor: {shown(token)}") from exc
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,3 +103,41 @@ def check_page_size(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValidationError(f"page size must be an int from 1 to {MAX_PAGE_SIZE}, not {limit!r}")
     return limit
+
+
+def check_query(query: object) -> DocumentQuery:
+    """Return ``query`` if each of its filters has the type it declares, else raise.
+
+    The dataclasses take whatever they are given; a search checks its query here, before any
+    SQL, so that a wrong type or text PostgreSQL cannot store never reaches the driver. Metadata
+    values are checked against their fields later, when the fields are known.
+    """
+    if not isinstance(query, DocumentQuery):
+        raise ValidationError(f"a search needs a DocumentQuery, not {shown(query)}")
+    check_optional_id("folder", query.folder_id)
+    check_flag("include_subfolders", query.include_subfolders)
+    for tags in (query.tags_all, query.tags_any):
+        if not isinstance(tags, (set, frozenset)):
+            raise ValidationError(f"tag filters must be sets of tag ids, not {shown(tags)}")
+        for tag_id in tags:
+            check_id("tag", tag_id)
+    if query.title_contains is not None:
+        check_text("title filter", query.title_contains)
+    if not isinstance(query.metadata, (tuple, list)):
+        raise ValidationError(f"metadata filters must be a tuple, not {shown(query.metadata)}")
+    for wanted in query.metadata:
+        if not isinstance(wanted, MetadataFilter):
+            raise ValidationError(f"not a MetadataFilter: {shown(wanted)}")
+        check_id("metadata field", wanted.field_id)
+    return query
+
+
+def check_cursor(after: object) -> Cursor | None:
+    """Return ``after`` if it is ``None`` or a :class:`Cursor` that PostgreSQL can compare."""
+    if after is None:
+        return None
+    if not isinstance(after, Cursor):
+        raise ValidationError(f"a page starts after a Cursor, not {shown(after)}")
+    check_text("page cursor", after.title_key)
+    check_id("document", after.id)
+    return after

@@ -2,6 +2,12 @@
 
 The database enforces the same rules (CHECK constraints); checking here first gives messages
 that name the field and the value, and keeps a doomed statement off the wire.
+
+Every public entry point of the domain checks its arguments here first, so that a value either
+reaches PostgreSQL intact or is refused with a :class:`~dms.errors.ValidationError`: text that
+PostgreSQL cannot store (a NUL character, a lone surrogate), a value of the wrong type where an
+id, a flag or a version is expected. Nothing else would stop them before the driver, which
+raises its own errors (or, for a ``str`` id, sends it as text).
 """
 
 from __future__ import annotations
@@ -34,10 +40,96 @@ _MIME_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*.*")
 _URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
 
 
+#: How much of a refused value an error message shows.
+_SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """Return ``value`` for an error message: its ``repr``, cut to a readable length.
+
+    ``repr`` escapes what could not be printed or stored (NUL characters, lone surrogates), so
+    that the message itself is always safe to log and to store.
+    """
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def unstorable(text: str) -> str | None:
+    """Return why PostgreSQL cannot store ``text`` as ``text``, or ``None`` if it can.
+
+    PostgreSQL text never holds a NUL character, and a UTF-8 database holds no surrogate code
+    point (a Python ``str`` may carry one, from ``surrogateescape`` or a broken JSON escape).
+    """
+    if "\x00" in text:
+        return "a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate"
+    return None
+
+
+def check_text(kind: str, value: object) -> str:
+    """Return ``value`` if it is a string that PostgreSQL can store, else raise."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{kind} must be a string, not {type(value).__name__}")
+    problem = unstorable(value)
+    if problem is not None:
+        raise ValidationError(f"{kind} {shown(value)} contains {problem}, which cannot be stored")
+    return value
+
+
+def check_id(kind: str, value: object) -> uuid.UUID:
+    """Return ``value`` if it is a :class:`uuid.UUID` (the id of a ``kind``), else raise.
+
+    A ``str`` is refused rather than parsed: ids come from the rows ``dms`` returned.
+    """
+    if not isinstance(value, uuid.UUID):
+        raise ValidationError(f"{kind} id must be a uuid.UUID, not {type(value).__name__}")
+    return value
+
+
+def check_optional_id(kind: str, value: object) -> uuid.UUID | None:
+    """Return ``value`` if it is ``None`` or a :class:`uuid.UUID`, else raise."""
+    return None if value is None else check_id(kind, value)
+
+
+def check_ids(kind: str, values: object) -> list[uuid.UUID]:
+    """Return the ids in ``values`` (any iterable of :class:`uuid.UUID` but a string), in order.
+
+    Iterates ``values`` once, so a generator is fine.
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValidationError(f"{kind} ids must be an iterable of uuid.UUID, not {shown(values)}")
+    return [check_id(kind, value) for value in values]
+
+
+def check_flag(what: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``; ``"no"`` would otherwise count as true."""
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be a bool, not {shown(value)}")
+    return value
+
+
+def check_version(value: object) -> int:
+    """Return ``value`` if it can be a document's version: an ``int`` of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError(f"version must be an int of at least 1, not {shown(value)}")
+    return value
+
+
+def check_timestamp(what: str, value: object) -> datetime:
+    """Return ``value`` if it is a timezone-aware :class:`~datetime.datetime`."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValidationError(f"{what} must be a timezone-aware datetime, not {shown(value)}")
+    return value
+
+
 def check_name(kind: str, name: object, *, max_chars: int, slash_allowed: bool = True) -> str:
     """Return ``name`` if it is a non-blank string of at most ``max_chars`` characters."""
     if not isinstance(name, str):
         raise ValidationError(f"{kind} name must be a string, not {type(name).__name__}")
+    check_text(f"{kind} name", name)
     if not name.strip():
         raise ValidationError(f"{kind} name must not be blank: {name!r}")
     if len(name) > max_chars:
@@ -52,7 +144,8 @@ def check_revision(
 ) -> None:
     """Check the description of an uploaded file before it becomes a revision."""
     if not isinstance(storage_key, str) or not storage_key.strip():
-        raise ValidationError(f"storage key must be a non-blank string, not {storage_key!r}")
+        raise ValidationError(f"storage key must be a non-blank string, not {shown(storage_key)}")
+    check_text("storage key", storage_key)
     if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
         raise ValidationError(f"sha256 must be 64 lowercase hex digits, not {sha256!r}")
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
@@ -60,7 +153,15 @@ def check_revision(
     if size_bytes > INT_MAX:
         raise ValidationError(f"size_bytes {size_bytes} is too large")
     if not isinstance(mime_type, str) or not _MIME_TYPE.fullmatch(mime_type):
-        raise ValidationError(f"mime type must look like 'type/subtype', not {mime_type!r}")
+        raise ValidationError(f"mime type must look like 'type/subtype', not {shown(mime_type)}")
+    check_text("mime type", mime_type)
+
+
+def check_sha256(value: object) -> str:
+    """Return ``value`` in lower case if it is 64 hex digits (either case), else raise."""
+    if not isinstance(value, str) or not _SHA256.fullmatch(value.lower()):
+        raise ValidationError(f"sha256 must be 64 hex digits, not {shown(value)}")
+    return value.lower()
 
 
 def check_value(field: MetadataField, value: object) -> MetadataValue:
@@ -75,7 +176,8 @@ def check_value(field: MetadataField, value: object) -> MetadataValue:
 
 def _fail(field: MetadataField, value: object, expected: str) -> ValidationError:
     return ValidationError(
-        f"metadata field {field.name!r} ({field.field_type.value}) needs {expected}, not {value!r}"
+        f"metadata field {field.name!r} ({field.field_type.value}) needs {expected}, "
+        f"not {shown(value)}"
     )
 
 
@@ -83,7 +185,14 @@ def _check_string(field: MetadataField, value: object) -> MetadataValue:
     limit = STRING_MAX_CHARS if field.field_type is FieldType.STRING else TEXT_MAX_CHARS
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
         raise _fail(field, value, f"a non-blank string of at most {limit} characters")
+    _check_storable(field, value)
     return value
+
+
+def _check_storable(field: MetadataField, value: str) -> None:
+    problem = unstorable(value)
+    if problem is not None:
+        raise _fail(field, value, f"text without {problem}")
 
 
 def _check_int(field: MetadataField, value: object) -> MetadataValue:
@@ -134,6 +243,7 @@ def _check_bool(field: MetadataField, value: object) -> MetadataValue:
 def _check_url(field: MetadataField, value: object) -> MetadataValue:
     if not isinstance(value, str) or len(value) > URL_MAX_CHARS or not _URL.fullmatch(value):
         raise _fail(field, value, "an http:// or https:// URL")
+    _check_storable(field, value)
     return value
 
 

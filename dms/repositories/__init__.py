@@ -2,6 +2,16 @@
 
 Each repository works on the tenant-routed connection of a
 :class:`~dms.uow.UnitOfWork` and speaks in :mod:`dms.domain` objects.
+
+Each module builds the SQL of its own tables only. Where a statement needs a condition on
+another aggregate's table (the live folder a document goes into, the tags or values a search
+asks for), the module that owns that table builds it, as a plain expression that reads
+nothing; the one exception, named where it is, is a required field's backfill, which reads
+``documents`` as the rows to fill. A repository never creates another repository: rules that
+span aggregates (a tag or a value bumps its document's version, a required field reaches every
+document, a search needs its fields) are use cases in :mod:`dms.services`. The modules import
+each other in one direction only (``documents`` uses ``folders``, ``tags`` and ``metadata``;
+``revisions`` uses ``documents``), which ``tests/unit/test_layers.py`` checks.
 """
 
 from .documents import DocumentRepository

@@ -1,20 +1,41 @@
-"""What every repository shares: its connection and the acting user."""
+"""What every repository shares: its connection, its tenant, the acting user, and how it runs SQL.
+
+Every statement of a repository goes through :meth:`Repository._execute`, which is where an
+unknown tenant is recognised (see there).
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.expression import Executable
 
-from dms.errors import ValidationError
+from dms import tenancy
+from dms.errors import TenantNotFound, ValidationError
+
+from .errors import sqlstate_of
+
+#: SQLSTATEs of a statement naming a table or schema that does not exist: what a statement
+#: routed to the schema of an unregistered tenant fails with.
+_UNDEFINED_TABLE = "42P01"
+_INVALID_SCHEMA_NAME = "3F000"
+_MISSING_RELATION = frozenset({_UNDEFINED_TABLE, _INVALID_SCHEMA_NAME})
+
+#: Parameters of one statement, or of one statement run for many rows.
+Parameters = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
 
 class Repository:
     """Base of the repositories: SQL on one tenant-routed connection, on behalf of a user."""
 
-    def __init__(self, conn: Connection, *, user_id: uuid.UUID | None = None) -> None:
-        """Work on ``conn`` (already routed to a tenant) as ``user_id``."""
+    def __init__(self, conn: Connection, *, tenant: str, user_id: uuid.UUID | None = None) -> None:
+        """Work on ``conn`` (already routed to ``tenant``) as ``user_id``."""
         self._conn = conn
+        self._tenant = tenant
         self._user_id = user_id
 
     def _actor(self) -> uuid.UUID:
@@ -22,3 +43,30 @@ class Repository:
         if self._user_id is None:
             raise ValidationError("this change needs a user: open the UnitOfWork with user_id")
         return self._user_id
+
+    def _execute(self, statement: Executable, parameters: Parameters = None) -> CursorResult[Any]:
+        """Run ``statement``; if the tenant turns out not to exist, raise :class:`TenantNotFound`.
+
+        Why here, and this way: a unit of work never asks the registry whether its tenant
+        exists. That question would cost every unit of work a round trip (and the job worker
+        opens one per job), while the answer is only ever "no" for a caller's mistake. Instead,
+        a statement routed to a tenant that does not exist fails on its own, with SQLSTATE
+        42P01 (no such table) since the tenant's schema is missing; only then is the registry
+        asked, on a connection of its own (this one's transaction is aborted), so that a tenant
+        that is registered but whose schema lacks a table (not migrated) keeps its own error.
+        The success path costs nothing; a missing tenant costs one extra query.
+        """
+        try:
+            return self._conn.execute(statement, parameters)
+        except DBAPIError as exc:
+            if sqlstate_of(exc) in _MISSING_RELATION and not self._tenant_registered():
+                raise TenantNotFound(f"tenant {self._tenant!r} does not exist") from exc
+            raise
+
+    def _tenant_registered(self) -> bool:
+        with self._conn.engine.connect() as probe:
+            try:
+                tenancy.get_tenant(probe, self._tenant)
+            except TenantNotFound:
+                return False
+        return True

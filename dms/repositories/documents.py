@@ -1,25 +1,36 @@
-"""Every SQL statement on ``documents``.
+"""Every SQL expression on ``documents``.
 
 Create, read, update with optimistic concurrency, soft delete, restore, purge, and search with
-keyset pagination.
+keyset pagination. A search's conditions on other tables (a folder's subtree, tags, metadata
+values) come from the modules that own those tables; their fields come from the caller
+(:func:`dms.services.search_documents` reads them), so building a search reads nothing.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Row
 
-from dms.domain import Cursor, Document, DocumentQuery, Page
-from dms.domain.search import check_page_size
-from dms.domain.validation import check_name
-from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound
+from dms.domain import Cursor, Document, DocumentQuery, MetadataField, Page
+from dms.domain.search import check_cursor, check_page_size, check_query
+from dms.domain.validation import (
+    check_flag,
+    check_id,
+    check_ids,
+    check_name,
+    check_optional_id,
+    check_timestamp,
+    check_version,
+)
+from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound, ValidationError
 from dms.schema import tenant as t
 
-from . import _rows, _search
+from . import _rows, folders, metadata, tags
 from ._base import Repository
 from ._lock import LockTable
 from .errors import translated
@@ -28,6 +39,28 @@ TITLE_MAX_CHARS = 500
 
 _d = t.documents
 _TITLE_KEY = sa.func.lower(_d.c.title)
+_LIKE_ESCAPE = "\\"
+COLUMNS = tuple(_d.c)
+
+
+def document(row: Row[Any]) -> Document:
+    """Return the document in ``row``."""
+    return _rows.build(Document, row)
+
+
+def live_id(document_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
+    """Return: the id of ``document_id`` if it is a live (not deleted) document."""
+    return sa.select(_d.c.id).where(_d.c.id == document_id, _d.c.deleted_at.is_(None))
+
+
+def is_live(document_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
+    """Return: ``document_id`` is the id of a live document."""
+    return document_id.in_(sa.select(_d.c.id).where(_d.c.deleted_at.is_(None)))
+
+
+def current_revision_of(document_id: uuid.UUID) -> sa.ScalarSelect[Any]:
+    """Return: the id of the current revision of ``document_id`` (NULL for none)."""
+    return sa.select(_d.c.current_revision_id).where(_d.c.id == document_id).scalar_subquery()
 
 
 class DocumentRepository(Repository):
@@ -36,40 +69,49 @@ class DocumentRepository(Repository):
     def add(self, *, title: str, folder_id: uuid.UUID | None = None) -> Document:
         """Create a document in ``folder_id`` (top level if ``None``); no revision yet."""
         check_name("document", title, max_chars=TITLE_MAX_CHARS)
+        check_optional_id("folder", folder_id)
         self._lock_live_folder(folder_id)
-        what = f"document {title!r} in folder {folder_id}"
-        with translated(self._conn, what):
-            row = self._conn.execute(
+        with translated(self._conn, f"document {title!r} in folder {folder_id}"):
+            row = self._execute(
                 sa.insert(_d)
                 .values(title=title, folder_id=folder_id, created_by=self._actor())
-                .returning(*_rows.DOCUMENT_COLUMNS)
+                .returning(*COLUMNS)
             ).one()
-        return _rows.document(row)
+        return document(row)
 
     def get(self, document_id: uuid.UUID, *, include_deleted: bool = False) -> Document:
         """Return the document, or raise :class:`NotFound` (also for a deleted one by default)."""
-        query = sa.select(*_rows.DOCUMENT_COLUMNS).where(_d.c.id == document_id)
+        check_id("document", document_id)
+        check_flag("include_deleted", include_deleted)
+        query = sa.select(*COLUMNS).where(_d.c.id == document_id)
         if not include_deleted:
             query = query.where(_d.c.deleted_at.is_(None))
-        row = self._conn.execute(query).one_or_none()
+        row = self._execute(query).one_or_none()
         if row is None:
             raise NotFound(f"document {document_id} does not exist")
-        return _rows.document(row)
+        return document(row)
 
     def rename(self, document_id: uuid.UUID, *, title: str, version: int) -> Document:
         """Give the document a new title; ``version`` is the one the caller read."""
+        check_id("document", document_id)
         check_name("document", title, max_chars=TITLE_MAX_CHARS)
+        check_version(version)
         return self._update(document_id, version, f"title {title!r}", title=title)
 
     def move(
         self, document_id: uuid.UUID, *, folder_id: uuid.UUID | None, version: int
     ) -> Document:
         """Move the document into ``folder_id`` (top level if ``None``)."""
+        check_id("document", document_id)
+        check_optional_id("folder", folder_id)
+        check_version(version)
         self._lock_live_folder(folder_id)
         return self._update(document_id, version, f"folder {folder_id}", folder_id=folder_id)
 
     def soft_delete(self, document_id: uuid.UUID, *, version: int) -> Document:
         """Put the document in the trash; :meth:`restore` takes it out."""
+        check_id("document", document_id)
+        check_version(version)
         return self._update(document_id, version, "deletion", deleted_at=sa.func.clock_timestamp())
 
     def restore(self, document_id: uuid.UUID, *, version: int) -> Document:
@@ -78,6 +120,7 @@ class DocumentRepository(Repository):
         Raises :class:`AlreadyExists` if a live document in its folder took its title meanwhile,
         :class:`InvariantViolation` if its folder is in the trash.
         """
+        check_version(version)
         current = self.get(document_id, include_deleted=True)
         if current.deleted_at is None:
             raise InvariantViolation(f"document {document_id} is not deleted")
@@ -87,8 +130,9 @@ class DocumentRepository(Repository):
 
     def purge(self, document_id: uuid.UUID) -> None:
         """Delete the document for good, with its revisions, tag links and metadata values."""
+        check_id("document", document_id)
         with translated(self._conn, f"document {document_id}"):
-            deleted = self._conn.execute(
+            deleted = self._execute(
                 sa.delete(_d).where(_d.c.id == document_id).returning(_d.c.id)
             ).one_or_none()
         if deleted is None:
@@ -99,8 +143,10 @@ class DocumentRepository(Repository):
 
         Takes no expected version: uploads never conflict with each other, they queue.
         """
+        check_id("document", document_id)
+        check_id("revision", revision_id)
         with translated(self._conn, f"revision {revision_id} of document {document_id}"):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.update(_d)
                 .where(_d.c.id == document_id)
                 .values(
@@ -108,27 +154,31 @@ class DocumentRepository(Repository):
                     version=_d.c.version + 1,
                     updated_at=sa.func.now(),
                 )
-                .returning(*_rows.DOCUMENT_COLUMNS)
+                .returning(*COLUMNS)
             ).one_or_none()
         if row is None:
             raise NotFound(f"document {document_id} does not exist")
-        return _rows.document(row)
+        return document(row)
 
     def soft_delete_in_folders(self, folder_ids: Sequence[uuid.UUID], at: datetime) -> int:
         """Put the live documents of ``folder_ids`` in the trash at ``at``; return how many."""
-        result = self._conn.execute(
+        ids = check_ids("folder", folder_ids)
+        check_timestamp("deletion time", at)
+        result = self._execute(
             sa.update(_d)
-            .where(_d.c.folder_id.in_(folder_ids), _d.c.deleted_at.is_(None))
+            .where(_d.c.folder_id.in_(ids), _d.c.deleted_at.is_(None))
             .values(deleted_at=at, version=_d.c.version + 1, updated_at=sa.func.now())
         )
         return result.rowcount
 
     def restore_in_folders(self, folder_ids: Sequence[uuid.UUID], deleted_at: datetime) -> int:
         """Restore the documents of ``folder_ids`` trashed at ``deleted_at``; return how many."""
-        with translated(self._conn, f"documents of folders {list(folder_ids)}"):
-            result = self._conn.execute(
+        ids = check_ids("folder", folder_ids)
+        check_timestamp("deletion time", deleted_at)
+        with translated(self._conn, f"documents of folders {ids}"):
+            result = self._execute(
                 sa.update(_d)
-                .where(_d.c.folder_id.in_(folder_ids), _d.c.deleted_at == deleted_at)
+                .where(_d.c.folder_id.in_(ids), _d.c.deleted_at == deleted_at)
                 .values(deleted_at=None, version=_d.c.version + 1, updated_at=sa.func.now())
             )
         return result.rowcount
@@ -141,12 +191,13 @@ class DocumentRepository(Repository):
         changes themselves take no expected version (bulk tagging spans many documents, and
         setting a value is idempotent), so they never fail on a stale read; they only make
         other writers' reads stale. Ids that are not documents of the tenant are ignored.
+        The use cases of :mod:`dms.services` that change tags and values call this.
         """
-        ids = sorted(set(document_ids))
+        ids = sorted(set(check_ids("document", document_ids)))
         if not ids:
             return
         # Sorted ids and one statement: concurrent bulk changes lock rows in the same order.
-        self._conn.execute(
+        self._execute(
             sa.update(_d)
             .where(_d.c.id.in_(ids))
             .values(version=_d.c.version + 1, updated_at=sa.func.now())
@@ -159,30 +210,56 @@ class DocumentRepository(Repository):
         a required metadata field's backfill. Reads go on. SHARE ROW EXCLUSIVE rather than
         SHARE because it conflicts with itself: two holders can never both wait to write.
         """
-        self._conn.execute(LockTable(_d, "SHARE ROW EXCLUSIVE"))
+        self._execute(LockTable(_d, "SHARE ROW EXCLUSIVE"))
+
+    def any_exist(self) -> bool:
+        """Return whether the tenant has a document at all (deleted ones included)."""
+        return bool(self._execute(sa.select(sa.exists().where(_d.c.id.is_not(None)))).scalar())
+
+    def with_all_tags(self, tag_ids: Iterable[uuid.UUID]) -> list[Document]:
+        """Return the live documents that have every one of ``tag_ids``, by title."""
+        return self._listed(tags.has_all(_d.c.id, check_ids("tag", tag_ids)))
+
+    def with_any_tag(self, tag_ids: Iterable[uuid.UUID]) -> list[Document]:
+        """Return the live documents that have at least one of ``tag_ids``, by title."""
+        return self._listed(tags.has_any(_d.c.id, check_ids("tag", tag_ids)))
 
     def search(
-        self, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
+        self,
+        query: DocumentQuery,
+        *,
+        fields: Mapping[uuid.UUID, MetadataField] | None = None,
+        limit: int = 50,
+        after: Cursor | None = None,
     ) -> Page[Document]:
         """Return one page of live documents matching ``query``, ordered by title then id.
 
-        Pass the page's ``next_cursor`` as ``after`` for the next page; the cost of a page does
-        not grow with its position (keyset, not OFFSET).
+        ``fields`` are the fields of ``query``'s metadata filters, by id:
+        :func:`dms.services.search_documents` reads them and calls this. Pass the page's
+        ``next_cursor`` as ``after`` for the next page; the cost of a page does not grow with
+        its position (keyset, not OFFSET).
         """
-        statement = self.search_statement(query, limit=limit, after=after)
-        return _page(list(self._conn.execute(statement)), limit)
+        statement = self.search_statement(query, fields=fields, limit=limit, after=after)
+        return _page(list(self._execute(statement)), limit)
 
     def search_statement(
-        self, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
+        self,
+        query: DocumentQuery,
+        *,
+        fields: Mapping[uuid.UUID, MetadataField] | None = None,
+        limit: int = 50,
+        after: Cursor | None = None,
     ) -> sa.Select[Any]:
         """Return the statement behind :meth:`search` (one row more than ``limit``).
 
-        For ``EXPLAIN`` and benchmarks; applications call :meth:`search`.
+        For ``EXPLAIN`` and benchmarks; applications call :func:`dms.services.search_documents`.
         """
+        check_query(query)
         check_page_size(limit)
+        check_cursor(after)
         statement = (
-            sa.select(*_rows.DOCUMENT_COLUMNS, _TITLE_KEY.label("title_key"))
-            .where(_d.c.deleted_at.is_(None), *_search.conditions(self._conn, query))
+            sa.select(*COLUMNS, _TITLE_KEY.label("title_key"))
+            .where(_d.c.deleted_at.is_(None), *_conditions(query, fields or {}))
             .order_by(_TITLE_KEY, _d.c.id)
             .limit(limit + 1)
         )
@@ -199,6 +276,14 @@ class DocumentRepository(Repository):
             )
         return statement
 
+    def _listed(self, condition: sa.ColumnElement[bool]) -> list[Document]:
+        rows = self._execute(
+            sa.select(*COLUMNS)
+            .where(_d.c.deleted_at.is_(None), condition)
+            .order_by(_TITLE_KEY, _d.c.id)
+        )
+        return [document(row) for row in rows]
+
     def _update(
         self,
         document_id: uuid.UUID,
@@ -213,16 +298,16 @@ class DocumentRepository(Repository):
             sa.update(_d)
             .where(_d.c.id == document_id, _d.c.version == version, state)
             .values(version=_d.c.version + 1, updated_at=sa.func.now(), **values)
-            .returning(*_rows.DOCUMENT_COLUMNS)
+            .returning(*COLUMNS)
         )
         with translated(self._conn, f"document {document_id} with {what}"):
-            row = self._conn.execute(statement).one_or_none()
+            row = self._execute(statement).one_or_none()
         if row is None:
             raise self._why_unchanged(document_id, version)
-        return _rows.document(row)
+        return document(row)
 
     def _why_unchanged(self, document_id: uuid.UUID, version: int) -> Exception:
-        current = self._conn.execute(
+        current = self._execute(
             sa.select(_d.c.version, _d.c.deleted_at).where(_d.c.id == document_id)
         ).one_or_none()
         if current is None:
@@ -235,17 +320,10 @@ class DocumentRepository(Repository):
         return NotFound(f"document {document_id} is deleted")
 
     def _lock_live_folder(self, folder_id: uuid.UUID | None) -> None:
-        # FOR SHARE: a concurrent soft delete of the folder waits for us, and we for it, so a
-        # document never lands in a folder that is going to the trash.
+        # A document never lands in a folder that is going to the trash (see folders.lock_live).
         if folder_id is None:
             return
-        f = t.folders
-        found = self._conn.execute(
-            sa.select(f.c.id)
-            .where(f.c.id == folder_id, f.c.deleted_at.is_(None))
-            .with_for_update(read=True)
-        ).one_or_none()
-        if found is None:
+        if self._execute(folders.lock_live(folder_id)).one_or_none() is None:
             raise NotFound(f"folder {folder_id} does not exist")
 
     def _require_live_folder(self, folder_id: uuid.UUID | None, what: str) -> None:
@@ -257,8 +335,45 @@ class DocumentRepository(Repository):
             ) from None
 
 
+def _conditions(
+    query: DocumentQuery, fields: Mapping[uuid.UUID, MetadataField]
+) -> list[sa.ColumnElement[bool]]:
+    """Return the conditions on ``documents`` that ``query`` asks for (AND-ed by the caller)."""
+    found: list[sa.ColumnElement[bool]] = []
+    if query.folder_id is not None:
+        found.append(_in_folder(query.folder_id, subfolders=query.include_subfolders))
+    if query.tags_all:
+        found.append(tags.has_all(_d.c.id, query.tags_all))
+    if query.tags_any:
+        found.append(tags.has_any(_d.c.id, query.tags_any))
+    if query.title_contains is not None:
+        found.append(_title_contains(query.title_contains))
+    for wanted in query.metadata:
+        field = fields.get(wanted.field_id)
+        if field is None:
+            raise ValidationError(
+                f"the metadata filter on field {wanted.field_id} needs that field: pass it in "
+                "fields (dms.services.search_documents does)"
+            )
+        found.append(metadata.value_matches(_d.c.id, field, wanted))
+    return found
+
+
+def _in_folder(folder_id: uuid.UUID, *, subfolders: bool) -> sa.ColumnElement[bool]:
+    if not subfolders:
+        return _d.c.folder_id == folder_id
+    tree = folders.subtree_ids(folder_id)
+    return _d.c.folder_id.in_(sa.select(tree.c.id))
+
+
+def _title_contains(text: str) -> sa.ColumnElement[bool]:
+    # Ignoring case; % and _ match themselves.
+    escaped = "".join(_LIKE_ESCAPE + char if char in "%_\\" else char for char in text)
+    return _d.c.title.ilike(f"%{escaped}%", escape=_LIKE_ESCAPE)
+
+
 def _page(rows: list[Any], limit: int) -> Page[Document]:
-    items = [_rows.document(row) for row in rows[:limit]]
+    items = [document(row) for row in rows[:limit]]
     if len(rows) <= limit:
         return Page(items=items, next_cursor=None)
     last = rows[limit - 1]

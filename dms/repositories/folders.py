@@ -1,7 +1,9 @@
-"""Every SQL statement on ``folders``: the tree, its paths and subtrees, the trash.
+"""Every SQL expression on ``folders``: the tree, its paths and subtrees, the trash.
 
 The database refuses cycles and trees deeper than :data:`~dms.schema.tenant.MAX_FOLDER_DEPTH`
-(trigger ``folders_guard``); this module turns its refusals into clear errors.
+(trigger ``folders_guard``); this module turns its refusals into clear errors. Other modules
+that need a condition on folders (a document's live folder, a search below a folder) take it
+from :func:`lock_live` and :func:`subtree_ids`.
 """
 
 from __future__ import annotations
@@ -11,20 +13,52 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Row
 
 from dms.domain import Folder
-from dms.domain.validation import check_name
+from dms.domain.validation import check_flag, check_id, check_name, check_optional_id
 from dms.errors import InvariantViolation, NotFound
 from dms.schema import tenant as t
 
 from . import _rows
 from ._base import Repository
-from ._search import subtree_ids
 from .errors import ErrorFactory, translated
 
 NAME_MAX_CHARS = 255
 
 _f = t.folders
+COLUMNS = tuple(_f.c)
+
+
+def folder(row: Row[Any]) -> Folder:
+    """Return the folder in ``row``."""
+    return _rows.build(Folder, row)
+
+
+def lock_live(folder_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
+    """Return: the id of ``folder_id`` if it is live, locked against its deletion (FOR SHARE).
+
+    A concurrent soft delete of the folder waits for the locking transaction, and it for the
+    deletion: whatever is put into the folder never lands in a folder going to the trash.
+    """
+    return (
+        sa.select(_f.c.id)
+        .where(_f.c.id == folder_id, _f.c.deleted_at.is_(None))
+        .with_for_update(read=True)
+    )
+
+
+def subtree_ids(folder_id: uuid.UUID) -> sa.CTE:
+    """Return a recursive CTE of the ids of ``folder_id`` and its live descendants."""
+    tree = (
+        sa.select(_f.c.id)
+        .where(_f.c.id == folder_id, _f.c.deleted_at.is_(None))
+        .cte("subtree", recursive=True)
+    )
+    child = _f.alias("child")
+    return tree.union_all(
+        sa.select(child.c.id).where(child.c.parent_id == tree.c.id, child.c.deleted_at.is_(None))
+    )
 
 
 class FolderRepository(Repository):
@@ -33,27 +67,31 @@ class FolderRepository(Repository):
     def add(self, *, name: str, parent_id: uuid.UUID | None = None) -> Folder:
         """Create a folder under ``parent_id`` (top level if ``None``)."""
         check_name("folder", name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
+        check_optional_id("parent folder", parent_id)
         self._require_live(parent_id)
         with translated(self._conn, f"folder {name!r} under {parent_id}"):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.insert(_f)
                 .values(name=name, parent_id=parent_id, created_by=self._actor())
-                .returning(*_rows.FOLDER_COLUMNS)
+                .returning(*COLUMNS)
             ).one()
-        return _rows.folder(row)
+        return folder(row)
 
     def get(self, folder_id: uuid.UUID, *, include_deleted: bool = False) -> Folder:
         """Return the folder, or raise :class:`NotFound` (also for a deleted one by default)."""
-        query = sa.select(*_rows.FOLDER_COLUMNS).where(_f.c.id == folder_id)
+        check_id("folder", folder_id)
+        check_flag("include_deleted", include_deleted)
+        query = sa.select(*COLUMNS).where(_f.c.id == folder_id)
         if not include_deleted:
             query = query.where(_f.c.deleted_at.is_(None))
-        row = self._conn.execute(query).one_or_none()
+        row = self._execute(query).one_or_none()
         if row is None:
             raise NotFound(f"folder {folder_id} does not exist")
-        return _rows.folder(row)
+        return folder(row)
 
     def rename(self, folder_id: uuid.UUID, *, name: str) -> Folder:
         """Rename a folder; raises :class:`AlreadyExists` if a sibling has the name."""
+        check_id("folder", folder_id)
         check_name("folder", name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
         return self._update(folder_id, f"folder {name!r}", name=name)
 
@@ -63,6 +101,8 @@ class FolderRepository(Repository):
         Raises :class:`InvariantViolation` if ``parent_id`` is the folder or one of its
         descendants, or if the tree would get too deep.
         """
+        check_id("folder", folder_id)
+        check_optional_id("parent folder", parent_id)
         self._require_live(parent_id)
         refusals: dict[str, ErrorFactory] = {
             "folders_no_cycle": lambda: InvariantViolation(
@@ -82,18 +122,20 @@ class FolderRepository(Repository):
 
     def children(self, parent_id: uuid.UUID | None) -> list[Folder]:
         """Return the live folders directly under ``parent_id`` (top level if ``None``), by name."""
+        check_optional_id("parent folder", parent_id)
         parent = _f.c.parent_id.is_(None) if parent_id is None else _f.c.parent_id == parent_id
-        rows = self._conn.execute(
-            sa.select(*_rows.FOLDER_COLUMNS)
+        rows = self._execute(
+            sa.select(*COLUMNS)
             .where(parent, _f.c.deleted_at.is_(None))
             .order_by(sa.func.lower(_f.c.name), _f.c.id)
         )
-        return [_rows.folder(row) for row in rows]
+        return [folder(row) for row in rows]
 
     def path(self, folder_id: uuid.UUID) -> list[Folder]:
         """Return the breadcrumbs: the folders from the top level down to ``folder_id``."""
+        check_id("folder", folder_id)
         path = (
-            sa.select(*_rows.FOLDER_COLUMNS, sa.literal(0).label("height"))
+            sa.select(*COLUMNS, sa.literal(0).label("height"))
             .where(_f.c.id == folder_id)
             .cte("path", recursive=True)
         )
@@ -103,21 +145,21 @@ class FolderRepository(Repository):
                 parent.c.id == path.c.parent_id
             )
         )
-        rows = list(self._conn.execute(sa.select(path).order_by(path.c.height.desc())))
+        rows = list(self._execute(sa.select(path).order_by(path.c.height.desc())))
         if not rows:
             raise NotFound(f"folder {folder_id} does not exist")
-        return [_rows.folder(row) for row in rows]
+        return [folder(row) for row in rows]
 
     def subtree(self, folder_id: uuid.UUID) -> list[Folder]:
         """Return the folder and all its live descendants, parents before children."""
         self.get(folder_id)
         tree = subtree_ids(folder_id)
-        rows = self._conn.execute(
-            sa.select(*_rows.FOLDER_COLUMNS)
+        rows = self._execute(
+            sa.select(*COLUMNS)
             .join(tree, tree.c.id == _f.c.id)
             .order_by(sa.func.lower(_f.c.name), _f.c.id)
         )
-        return _parents_first([_rows.folder(row) for row in rows], folder_id)
+        return _parents_first([folder(row) for row in rows], folder_id)
 
     def soft_delete_subtree(self, folder_id: uuid.UUID) -> tuple[list[uuid.UUID], datetime]:
         """Put the folder and its live descendants in the trash, all with one timestamp.
@@ -128,9 +170,9 @@ class FolderRepository(Repository):
         """
         self.get(folder_id)
         # clock_timestamp() would differ from row to row: read it once.
-        stamp = self._conn.execute(sa.select(sa.func.clock_timestamp())).scalar_one()
+        stamp = self._execute(sa.select(sa.func.clock_timestamp())).scalar_one()
         tree = subtree_ids(folder_id)
-        ids = self._conn.execute(
+        ids = self._execute(
             sa.update(_f)
             .where(_f.c.id.in_(sa.select(tree.c.id)))
             .values(deleted_at=stamp, updated_at=sa.func.now())
@@ -145,18 +187,18 @@ class FolderRepository(Repository):
         :class:`AlreadyExists` if a live sibling took its name meanwhile, and
         :class:`InvariantViolation` if its parent is still deleted.
         """
-        folder = self.get(folder_id, include_deleted=True)
-        if folder.deleted_at is None:
-            raise InvariantViolation(f"folder {folder.name!r} is not deleted")
-        self._require_live_parent(folder)
-        ids = self._deleted_with(folder_id, folder.deleted_at)
-        with translated(self._conn, f"folder {folder.name!r} under {folder.parent_id}"):
-            self._conn.execute(
+        deleted = self.get(folder_id, include_deleted=True)
+        if deleted.deleted_at is None:
+            raise InvariantViolation(f"folder {deleted.name!r} is not deleted")
+        self._require_live_parent(deleted)
+        ids = self._deleted_with(folder_id, deleted.deleted_at)
+        with translated(self._conn, f"folder {deleted.name!r} under {deleted.parent_id}"):
+            self._execute(
                 sa.update(_f)
                 .where(_f.c.id.in_(ids))
                 .values(deleted_at=None, updated_at=sa.func.now())
             )
-        return self.get(folder_id), ids, folder.deleted_at
+        return self.get(folder_id), ids, deleted.deleted_at
 
     def _deleted_with(self, folder_id: uuid.UUID, deleted_at: datetime) -> list[uuid.UUID]:
         tree = sa.select(_f.c.id).where(_f.c.id == folder_id).cte("deleted_tree", recursive=True)
@@ -166,27 +208,21 @@ class FolderRepository(Repository):
                 child.c.parent_id == tree.c.id, child.c.deleted_at == deleted_at
             )
         )
-        return list(self._conn.execute(sa.select(tree.c.id)).scalars())
+        return list(self._execute(sa.select(tree.c.id)).scalars())
 
-    def _require_live_parent(self, folder: Folder) -> None:
+    def _require_live_parent(self, child: Folder) -> None:
         try:
-            self._require_live(folder.parent_id)
+            self._require_live(child.parent_id)
         except NotFound:
             raise InvariantViolation(
-                f"folder {folder.name!r} is in folder {folder.parent_id}, which is deleted: "
+                f"folder {child.name!r} is in folder {child.parent_id}, which is deleted: "
                 "restore that first"
             ) from None
 
     def _require_live(self, folder_id: uuid.UUID | None) -> None:
-        # FOR SHARE: a concurrent deletion of the parent waits for this transaction.
         if folder_id is None:
             return
-        found = self._conn.execute(
-            sa.select(_f.c.id)
-            .where(_f.c.id == folder_id, _f.c.deleted_at.is_(None))
-            .with_for_update(read=True)
-        ).one_or_none()
-        if found is None:
+        if self._execute(lock_live(folder_id)).one_or_none() is None:
             raise NotFound(f"folder {folder_id} does not exist")
 
     def _update(
@@ -197,26 +233,26 @@ class FolderRepository(Repository):
         **values: Any,
     ) -> Folder:
         with translated(self._conn, what, constraints=refusals):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.update(_f)
                 .where(_f.c.id == folder_id, _f.c.deleted_at.is_(None))
                 .values(updated_at=sa.func.now(), **values)
-                .returning(*_rows.FOLDER_COLUMNS)
+                .returning(*COLUMNS)
             ).one_or_none()
         if row is None:
             raise NotFound(f"folder {folder_id} does not exist")
-        return _rows.folder(row)
+        return folder(row)
 
 
 def _parents_first(folders: list[Folder], root_id: uuid.UUID) -> list[Folder]:
     # Depth-first from the root, siblings by name (the input order).
     children: dict[uuid.UUID | None, list[Folder]] = {}
-    for folder in folders:
-        children.setdefault(folder.parent_id, []).append(folder)
+    for each in folders:
+        children.setdefault(each.parent_id, []).append(each)
     ordered: list[Folder] = []
-    stack = [folder for folder in folders if folder.id == root_id]
+    stack = [each for each in folders if each.id == root_id]
     while stack:
-        folder = stack.pop()
-        ordered.append(folder)
-        stack.extend(reversed(children.get(folder.id, [])))
+        current = stack.pop()
+        ordered.append(current)
+        stack.extend(reversed(children.get(current.id, [])))
     return ordered

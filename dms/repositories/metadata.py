@@ -1,27 +1,43 @@
-"""Every SQL statement on metadata fields, their options and documents' values.
+"""Every SQL expression on metadata fields, their options and documents' values.
 
 A value is one ``document_metadata`` row per (document, field) with the column of the field's
 type filled; a multi-select value is that row plus one ``document_metadata_choices`` row per
 chosen option. Options keep their ids when renamed or retired, so values never change under
 an edit of the field.
+
+Rules that reach into documents live in :mod:`dms.services`: a changed value bumps the
+document's version (:func:`~dms.services.set_value`), a required field added to a tenant with
+documents gives each its default (:func:`~dms.services.define_field`). A search by value takes
+its condition from :func:`value_matches`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.engine import Row
 
-from dms.domain import FieldOption, FieldType, MetadataField, MetadataValue
-from dms.domain.validation import check_name, check_value, from_json, to_json
+from dms.domain import FieldOption, FieldType, MetadataField, MetadataFilter, MetadataValue
+from dms.domain.validation import (
+    check_flag,
+    check_id,
+    check_ids,
+    check_name,
+    check_range_bound,
+    check_text,
+    check_value,
+    from_json,
+    shown,
+    to_json,
+)
 from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
 
 from . import _rows
-from . import documents as _documents  # a module: documents imports us via _search
 from ._base import Repository
 from .errors import translated
 
@@ -32,6 +48,12 @@ _f = t.metadata_fields
 _o = t.metadata_field_options
 _v = t.document_metadata
 _c = t.document_metadata_choices
+OPTION_COLUMNS = (_o.c.id, _o.c.field_id, _o.c.value, _o.c.position, _o.c.retired_at)
+
+
+def option(row: Row[Any]) -> FieldOption:
+    """Return the field option in ``row``."""
+    return _rows.build(FieldOption, row)
 
 
 def value_column(field_type: FieldType) -> sa.Column[Any]:
@@ -41,17 +63,55 @@ def value_column(field_type: FieldType) -> sa.Column[Any]:
 
 def field_type_of(value: object) -> FieldType:
     """Return ``value`` as a :class:`FieldType`, or raise :class:`ValidationError`."""
-    try:
-        return FieldType(value)
-    except ValueError:
-        known = ", ".join(member.value for member in FieldType)
-        raise ValidationError(f"unknown field type {value!r}; known: {known}") from None
+    if isinstance(value, str):
+        try:
+            return FieldType(value)
+        except ValueError:
+            pass
+    known = ", ".join(member.value for member in FieldType)
+    raise ValidationError(f"unknown field type {shown(value)}; known: {known}")
+
+
+def value_matches(
+    document_id: sa.ColumnElement[uuid.UUID], field: MetadataField, wanted: MetadataFilter
+) -> sa.Exists:
+    """Return: the value of ``field`` on document ``document_id`` satisfies ``wanted``.
+
+    ``wanted`` is checked against ``field`` here, before any SQL: a bound of the wrong type
+    raises :class:`ValidationError`.
+    """
+    if field.field_type is FieldType.MULTI_SELECT:
+        return _has_choice(document_id, field, wanted)
+    column = value_column(field.field_type)
+    tests: list[sa.ColumnElement[bool]] = []
+    if wanted.equals is not None:
+        tests.append(column == check_value(field, wanted.equals))
+    if wanted.at_least is not None:
+        tests.append(column >= check_range_bound(field, wanted.at_least))
+    if wanted.at_most is not None:
+        tests.append(column <= check_range_bound(field, wanted.at_most))
+    return sa.exists().where(_v.c.document_id == document_id, _v.c.field_id == field.id, *tests)
+
+
+def _has_choice(
+    document_id: sa.ColumnElement[uuid.UUID], field: MetadataField, wanted: MetadataFilter
+) -> sa.Exists:
+    # Equality on a multi-select means "contains this option"; order means nothing here.
+    bound: Any = wanted.at_least if wanted.at_least is not None else wanted.at_most
+    if bound is not None:
+        check_range_bound(field, bound)
+    chosen = check_value(field, [wanted.equals])
+    return sa.exists().where(
+        _c.c.document_id == document_id,
+        _c.c.field_id == field.id,
+        _c.c.option_id.in_(list(chosen)),  # type: ignore[arg-type]
+    )
 
 
 class MetadataRepository(Repository):
     """Metadata fields, options and values of one tenant."""
 
-    def define_field(
+    def add_field(
         self,
         *,
         name: str,
@@ -60,41 +120,41 @@ class MetadataRepository(Repository):
         default: object = None,
         options: Sequence[str] = (),
     ) -> MetadataField:
-        """Define a field; ``options`` for select types, in display order.
+        """Store a field definition; ``options`` for select types, in display order.
 
-        A ``default`` fills the field of new documents that get no value. A required field
-        added to a tenant that has documents needs a default, which every document then gets.
-        Nothing is written if any check fails.
-
-        Defining a required field holds off writes to the tenant's documents until the unit of
-        work ends (see :meth:`.DocumentRepository.hold_off_writes`): a document created
-        meanwhile either commits first and is backfilled, or waits and then sees the field.
+        Nothing is written if any check fails. This stores the definition only: a required
+        field's promise that every document has a value is kept by
+        :func:`dms.services.define_field`, the use case to call.
         """
         kind = field_type_of(field_type)
         check_name("metadata field", name, max_chars=FIELD_NAME_MAX_CHARS)
-        _check_options_allowed(kind, name, options)
-        if required:
-            # Before any read of documents, so that the backfill's snapshot is taken after
-            # every concurrent document insert has committed (READ COMMITTED: a snapshot per
-            # statement).
-            self._documents().hold_off_writes()
+        check_flag("required", required)
+        choices = _check_options(kind, name, options)
+        # One savepoint: options refused by the database (two equal ignoring case) take the
+        # field with them.
         with self._conn.begin_nested():
-            field = self._insert_field(name, kind, required=required)
-            self._insert_options(field.id, kind, options)
-            field = self._store_default(self.get_field(field.id), default)
-            if required:
-                self._backfill(field)
-        return field
+            field_id = self._insert_field(name, kind, required=required)
+            self._insert_options(field_id, kind, choices)
+            return self._store_default(self.get_field(field_id), default)
 
     def get_field(self, field_id: uuid.UUID) -> MetadataField:
         """Return the field with its options, or raise :class:`NotFound`."""
-        fields = self._load_fields(_f.c.id == field_id)
-        if not fields:
-            raise NotFound(f"metadata field {field_id} does not exist")
-        return fields[0]
+        return self.get_fields([field_id])[field_id]
+
+    def get_fields(self, field_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, MetadataField]:
+        """Return the fields with these ids, by id; :class:`NotFound` if one does not exist."""
+        wanted = set(check_ids("metadata field", field_ids))
+        if not wanted:
+            return {}
+        found = {field.id: field for field in self._load_fields(_f.c.id.in_(wanted))}
+        missing = sorted(wanted - found.keys())
+        if missing:
+            raise NotFound(f"metadata field {missing[0]} does not exist")
+        return found
 
     def get_field_by_name(self, name: str) -> MetadataField:
         """Return the field called ``name`` (ignoring case), or raise :class:`NotFound`."""
+        check_text("metadata field name", name)
         fields = self._load_fields(sa.func.lower(_f.c.name) == sa.func.lower(name))
         if not fields:
             raise NotFound(f"metadata field {name!r} does not exist")
@@ -106,9 +166,10 @@ class MetadataRepository(Repository):
 
     def rename_field(self, field_id: uuid.UUID, *, name: str) -> MetadataField:
         """Rename a field; values stay."""
+        check_id("metadata field", field_id)
         check_name("metadata field", name, max_chars=FIELD_NAME_MAX_CHARS)
         with translated(self._conn, f"metadata field {name!r}"):
-            found = self._conn.execute(
+            found = self._execute(
                 sa.update(_f)
                 .where(_f.c.id == field_id)
                 .values(name=name, updated_at=sa.func.now())
@@ -121,10 +182,10 @@ class MetadataRepository(Repository):
     def add_option(self, field_id: uuid.UUID, value: str) -> FieldOption:
         """Add an option at the end of a select or multi-select field's list."""
         field = self.get_field(field_id)
-        _check_options_allowed(field.field_type, field.name, [value])
-        position = max((option.position for option in field.options), default=-1) + 1
+        _check_options(field.field_type, field.name, [value])
+        position = max((each.position for each in field.options), default=-1) + 1
         with translated(self._conn, f"option {value!r} of field {field.name!r}"):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.insert(_o)
                 .values(
                     field_id=field_id,
@@ -132,73 +193,86 @@ class MetadataRepository(Repository):
                     value=value,
                     position=position,
                 )
-                .returning(*_rows.OPTION_COLUMNS)
+                .returning(*OPTION_COLUMNS)
             ).one()
-        return _rows.option(row)
+        return option(row)
 
     def rename_option(self, option_id: uuid.UUID, *, value: str) -> FieldOption:
         """Rename an option; documents that chose it keep it (values hold the option id)."""
+        check_id("option", option_id)
         check_name("option", value, max_chars=OPTION_MAX_CHARS)
         with translated(self._conn, f"option {value!r}"):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.update(_o)
                 .where(_o.c.id == option_id)
                 .values(value=value)
-                .returning(*_rows.OPTION_COLUMNS)
+                .returning(*OPTION_COLUMNS)
             ).one_or_none()
         return _found_option(row, option_id)
 
     def retire_option(self, option_id: uuid.UUID) -> FieldOption:
         """Stop offering an option; documents that chose it keep it."""
-        row = self._conn.execute(
+        check_id("option", option_id)
+        row = self._execute(
             sa.update(_o)
             .where(_o.c.id == option_id)
             .values(retired_at=sa.func.coalesce(_o.c.retired_at, sa.func.now()))
-            .returning(*_rows.OPTION_COLUMNS)
+            .returning(*OPTION_COLUMNS)
         ).one_or_none()
         return _found_option(row, option_id)
 
-    def set_value(
+    def put_value(
         self, document_id: uuid.UUID, field_id: uuid.UUID, value: object
     ) -> MetadataValue:
-        """Set the document's value of a field, checked against the field's type and options.
+        """Store the document's value of a field, checked against the field's type and options.
 
-        Returns the stored value (select values as option ids). Bumps the document's version,
-        so that an update based on an earlier read raises
-        :class:`~dms.errors.ConcurrentUpdate`; setting a value takes no expected version (see
-        :meth:`.DocumentRepository.record_change`).
+        Returns the stored value (select values as option ids). Use
+        :func:`dms.services.set_value`, which also bumps the document's version.
         """
-        checked = self._set(document_id, field_id, value)
-        self._record_change([document_id])
+        check_id("metadata field", field_id)
+        return self.put_values(document_id, {field_id: value})[field_id]
+
+    def put_values(
+        self, document_id: uuid.UUID, values: Mapping[uuid.UUID, object]
+    ) -> dict[uuid.UUID, MetadataValue]:
+        """Store several values of one document: all of them, or (if one is refused) none.
+
+        Every value is checked before the first is written. Returns the stored values.
+        """
+        check_id("document", document_id)
+        if not isinstance(values, Mapping):
+            raise ValidationError(f"values must be a mapping of field ids, not {shown(values)}")
+        fields = self.get_fields(values.keys())
+        checked = {field_id: check_value(fields[field_id], v) for field_id, v in values.items()}
+        if checked:
+            with translated(self._conn, f"values {shown(values)} of document {document_id}"):
+                for field_id, value in checked.items():
+                    self._upsert(document_id, fields[field_id], value)
         return checked
 
-    def set_values(self, document_id: uuid.UUID, values: dict[uuid.UUID, object]) -> None:
-        """Set several values of one document (see :meth:`set_value`); one version bump."""
-        for field_id, value in values.items():
-            self._set(document_id, field_id, value)
-        if values:
-            self._record_change([document_id])
+    def delete_value(self, document_id: uuid.UUID, field_id: uuid.UUID) -> bool:
+        """Remove the document's value of a field; return whether it had one.
 
-    def clear_value(self, document_id: uuid.UUID, field_id: uuid.UUID) -> None:
-        """Remove the document's value of a field; a required field cannot be cleared.
-
-        Bumps the document's version if it had a value (see :meth:`set_value`).
+        A required field's value cannot be removed. Use :func:`dms.services.clear_value`,
+        which also bumps the document's version.
         """
+        check_id("document", document_id)
         field = self.get_field(field_id)
         if field.required:
             raise ValidationError(
                 f"metadata field {field.name!r} is required: it cannot be cleared"
             )
-        cleared = self._conn.execute(
+        cleared = self._execute(
             sa.delete(_v)
             .where(_v.c.document_id == document_id, _v.c.field_id == field_id)
             .returning(_v.c.document_id)
-        ).scalars()
-        self._record_change(list(cleared))
+        ).first()
+        return cleared is not None
 
     def values_of(self, document_id: uuid.UUID) -> dict[uuid.UUID, MetadataValue]:
         """Return the document's values, keyed by field id."""
-        rows = self._conn.execute(sa.select(_v).where(_v.c.document_id == document_id))
+        check_id("document", document_id)
+        rows = self._execute(sa.select(_v).where(_v.c.document_id == document_id))
         values: dict[uuid.UUID, MetadataValue] = {}
         for row in rows:
             kind = FieldType(row.field_type)
@@ -209,24 +283,51 @@ class MetadataRepository(Repository):
 
     def missing_required(self, document_id: uuid.UUID) -> list[MetadataField]:
         """Return the required fields that the document has no value for."""
+        check_id("document", document_id)
         has_value = sa.exists().where(_v.c.document_id == document_id, _v.c.field_id == _f.c.id)
         return self._load_fields(sa.and_(_f.c.required, ~has_value))
 
-    def _set(self, document_id: uuid.UUID, field_id: uuid.UUID, value: object) -> MetadataValue:
-        field = self.get_field(field_id)
-        checked = check_value(field, value)
-        with translated(self._conn, f"value {value!r} of field {field.name!r} on {document_id}"):
-            self._upsert(document_id, field, checked)
-        return checked
+    def backfill(self, field: MetadataField) -> None:
+        """Give every document of the tenant ``field``'s default; for a field just added.
 
-    def _record_change(self, document_ids: list[uuid.UUID]) -> None:
-        self._documents().record_change(document_ids)
+        One ``INSERT ... SELECT`` instead of a round trip per document. It is the one statement
+        of this module that names another aggregate's table: ``documents``, as the rows that
+        each get a value (the parent of ``document_metadata``). Which documents, and when, is
+        the rule of :func:`dms.services.define_field`.
+        """
+        if field.default is None:
+            raise ValidationError(f"metadata field {field.name!r} has no default to fill in")
+        columns = [_v.c.document_id, _v.c.field_id, _v.c.field_type]
+        documents = t.documents
+        selected: list[Any] = [
+            documents.c.id,
+            sa.literal(field.id, sa.Uuid),
+            sa.literal(field.field_type.value),
+        ]
+        if not isinstance(field.default, frozenset):
+            column = value_column(field.field_type)
+            columns.append(column)
+            selected.append(sa.literal(field.default, column.type))
+        self._execute(sa.insert(_v).from_select(columns, sa.select(*selected)))
+        if isinstance(field.default, frozenset):
+            self._backfill_choices(field.id, field.default)
 
-    def _documents(self) -> _documents.DocumentRepository:
-        return _documents.DocumentRepository(self._conn, user_id=self._user_id)
+    def _backfill_choices(self, field_id: uuid.UUID, option_ids: frozenset[uuid.UUID]) -> None:
+        chosen = sa.values(sa.column("option_id", sa.Uuid), name="chosen").data(
+            [(option_id,) for option_id in option_ids]
+        )
+        values = sa.select(_v.c.document_id, _v.c.field_id, chosen.c.option_id).where(
+            _v.c.field_id == field_id
+        )
+        self._execute(
+            sa.insert(_c).from_select(
+                [_c.c.document_id, _c.c.field_id, _c.c.option_id],
+                values.select_from(_v.join(chosen, sa.true())),
+            )
+        )
 
     def _choices_of(self, document_id: uuid.UUID) -> dict[uuid.UUID, MetadataValue]:
-        rows = self._conn.execute(
+        rows = self._execute(
             sa.select(_c.c.field_id, _c.c.option_id).where(_c.c.document_id == document_id)
         )
         chosen: dict[uuid.UUID, set[uuid.UUID]] = {}
@@ -243,7 +344,7 @@ class MetadataRepository(Repository):
         if field.field_type is not FieldType.MULTI_SELECT:
             values[t.VALUE_COLUMNS[field.field_type.value]] = value
         statement = insert(_v).values(**values)
-        self._conn.execute(
+        self._execute(
             statement.on_conflict_do_update(
                 index_elements=[_v.c.document_id, _v.c.field_id],
                 set_={**{k: statement.excluded[k] for k in values}, "updated_at": sa.func.now()},
@@ -255,95 +356,48 @@ class MetadataRepository(Repository):
     def _replace_choices(
         self, document_id: uuid.UUID, field_id: uuid.UUID, option_ids: Iterable[uuid.UUID]
     ) -> None:
-        self._conn.execute(
+        self._execute(
             sa.delete(_c).where(_c.c.document_id == document_id, _c.c.field_id == field_id)
         )
         rows = [
             {"document_id": document_id, "field_id": field_id, "option_id": option_id}
             for option_id in option_ids
         ]
-        self._conn.execute(sa.insert(_c), rows)
+        self._execute(sa.insert(_c), rows)
 
-    def _insert_field(self, name: str, kind: FieldType, *, required: bool) -> MetadataField:
+    def _insert_field(self, name: str, kind: FieldType, *, required: bool) -> uuid.UUID:
         with translated(self._conn, f"metadata field {name!r}"):
-            field_id = self._conn.execute(
+            field_id: uuid.UUID = self._execute(
                 sa.insert(_f)
                 .values(
                     name=name, field_type=kind.value, required=required, created_by=self._actor()
                 )
                 .returning(_f.c.id)
             ).scalar_one()
-        return self.get_field(field_id)
+        return field_id
 
-    def _insert_options(self, field_id: uuid.UUID, kind: FieldType, options: Sequence[str]) -> None:
+    def _insert_options(self, field_id: uuid.UUID, kind: FieldType, options: list[str]) -> None:
         if not options:
             return
         rows = [
             {"field_id": field_id, "field_type": kind.value, "value": value, "position": position}
             for position, value in enumerate(options)
         ]
-        with translated(self._conn, f"options {list(options)!r}"):
-            self._conn.execute(sa.insert(_o), rows)
+        with translated(self._conn, f"options {options!r}"):
+            self._execute(sa.insert(_o), rows)
 
     def _store_default(self, field: MetadataField, default: object) -> MetadataField:
         if default is None:
             return field
         checked = check_value(field, default)
-        self._conn.execute(
+        self._execute(
             sa.update(_f).where(_f.c.id == field.id).values(default_value=to_json(checked))
         )
         return self.get_field(field.id)
 
-    def _backfill(self, field: MetadataField) -> None:
-        # A required field holds for every document at once: existing ones get the default in
-        # one INSERT ... SELECT instead of a round trip per document.
-        any_document = self._conn.execute(
-            sa.select(sa.exists().where(t.documents.c.id.is_not(None)))
-        )
-        if not any_document.scalar():
-            return
-        if field.default is None:
-            raise ValidationError(
-                f"required metadata field {field.name!r} needs a default: "
-                "the tenant already has documents"
-            )
-        self._insert_default_for_all(field, field.default)
-
-    def _insert_default_for_all(self, field: MetadataField, default: MetadataValue) -> None:
-        d = t.documents
-        columns = [_v.c.document_id, _v.c.field_id, _v.c.field_type]
-        selected: list[Any] = [
-            d.c.id,
-            sa.literal(field.id, sa.Uuid),
-            sa.literal(field.field_type.value),
-        ]
-        if not isinstance(default, frozenset):
-            column = value_column(field.field_type)
-            columns.append(column)
-            selected.append(sa.literal(default, column.type))
-        self._conn.execute(sa.insert(_v).from_select(columns, sa.select(*selected)))
-        if isinstance(default, frozenset):
-            self._insert_default_choices(field.id, default)
-
-    def _insert_default_choices(
-        self, field_id: uuid.UUID, option_ids: frozenset[uuid.UUID]
-    ) -> None:
-        d = t.documents
-        chosen = sa.values(sa.column("option_id", sa.Uuid), name="chosen").data(
-            [(option_id,) for option_id in option_ids]
-        )
-        self._conn.execute(
-            sa.insert(_c).from_select(
-                [_c.c.document_id, _c.c.field_id, _c.c.option_id],
-                sa.select(d.c.id, sa.literal(field_id, sa.Uuid), chosen.c.option_id).select_from(
-                    d.join(chosen, sa.true())
-                ),
-            )
-        )
-
     def _load_fields(self, condition: sa.ColumnElement[bool]) -> list[MetadataField]:
         rows = list(
-            self._conn.execute(sa.select(_f).where(condition).order_by(sa.func.lower(_f.c.name)))
+            self._execute(sa.select(_f).where(condition).order_by(sa.func.lower(_f.c.name)))
         )
         options = self._options_of([row.id for row in rows])
         return [_field(row, options.get(row.id, ())) for row in rows]
@@ -351,14 +405,14 @@ class MetadataRepository(Repository):
     def _options_of(self, field_ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[FieldOption, ...]]:
         if not field_ids:
             return {}
-        rows = self._conn.execute(
-            sa.select(*_rows.OPTION_COLUMNS)
+        rows = self._execute(
+            sa.select(*OPTION_COLUMNS)
             .where(_o.c.field_id.in_(field_ids))
             .order_by(_o.c.position, _o.c.id)
         )
         grouped: dict[uuid.UUID, list[FieldOption]] = {}
         for row in rows:
-            grouped.setdefault(row.field_id, []).append(_rows.option(row))
+            grouped.setdefault(row.field_id, []).append(option(row))
         return {field_id: tuple(options) for field_id, options in grouped.items()}
 
 
@@ -377,14 +431,18 @@ def _field(row: Any, options: tuple[FieldOption, ...]) -> MetadataField:
     )
 
 
-def _check_options_allowed(kind: FieldType, name: str, options: Sequence[str]) -> None:
-    if options and not kind.has_options:
+def _check_options(kind: FieldType, name: str, options: object) -> list[str]:
+    if isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
+        raise ValidationError(f"options must be a sequence of strings, not {shown(options)}")
+    choices = list(options)
+    if choices and not kind.has_options:
         raise ValidationError(f"metadata field {name!r} ({kind.value}) cannot have options")
-    for value in options:
+    for value in choices:
         check_name("option", value, max_chars=OPTION_MAX_CHARS)
+    return choices
 
 
 def _found_option(row: Any, option_id: uuid.UUID) -> FieldOption:
     if row is None:
         raise NotFound(f"option {option_id} does not exist")
-    return _rows.option(row)
+    return option(row)

@@ -1,27 +1,35 @@
-"""Every SQL statement on ``file_revisions``.
+"""Every SQL expression on ``file_revisions``.
 
 The database numbers revisions (trigger ``file_revisions_guard``): it locks the document row,
 so two uploads to one document in separate transactions get 1 and 2, never a duplicate or a
-gap. Revisions are append-only; they go only with their document.
+gap. Revisions are append-only; they go only with their document. Conditions on the document
+(live, its current revision) come from :mod:`.documents`.
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Row
 
 from dms.domain import Revision
-from dms.domain.validation import check_revision
+from dms.domain.validation import check_id, check_revision, check_sha256
 from dms.errors import AlreadyExists, NotFound
 from dms.schema import tenant as t
 
-from . import _rows
+from . import _rows, documents
 from ._base import Repository
 from .errors import ErrorFactory, translated
 
 _r = t.file_revisions
-_d = t.documents
+COLUMNS = tuple(_r.c)
+
+
+def revision(row: Row[Any]) -> Revision:
+    """Return the revision in ``row``."""
+    return _rows.build(Revision, row)
 
 
 class RevisionRepository(Repository):
@@ -41,6 +49,7 @@ class RevisionRepository(Repository):
         This does not move the document's current revision: see
         :func:`dms.services.add_revision`, which does both.
         """
+        check_id("document", document_id)
         check_revision(
             storage_key=storage_key, sha256=sha256, size_bytes=size_bytes, mime_type=mime_type
         )
@@ -51,7 +60,7 @@ class RevisionRepository(Repository):
             ),
         }
         with translated(self._conn, f"revision of document {document_id}", constraints=refusals):
-            row = self._conn.execute(
+            row = self._execute(
                 sa.insert(_r)
                 .values(
                     document_id=document_id,
@@ -61,50 +70,44 @@ class RevisionRepository(Repository):
                     mime_type=mime_type,
                     uploaded_by=self._actor(),
                 )
-                .returning(*_rows.REVISION_COLUMNS)
+                .returning(*COLUMNS)
             ).one()
-        return _rows.revision(row)
+        return revision(row)
 
     def get(self, revision_id: uuid.UUID) -> Revision:
         """Return the revision, or raise :class:`NotFound`."""
-        row = self._conn.execute(
-            sa.select(*_rows.REVISION_COLUMNS).where(_r.c.id == revision_id)
-        ).one_or_none()
+        check_id("revision", revision_id)
+        row = self._execute(sa.select(*COLUMNS).where(_r.c.id == revision_id)).one_or_none()
         if row is None:
             raise NotFound(f"revision {revision_id} does not exist")
-        return _rows.revision(row)
+        return revision(row)
 
     def history(self, document_id: uuid.UUID) -> list[Revision]:
         """Return the document's revisions, oldest (number 1) first."""
-        rows = self._conn.execute(
-            sa.select(*_rows.REVISION_COLUMNS)
-            .where(_r.c.document_id == document_id)
-            .order_by(_r.c.revision_no)
+        check_id("document", document_id)
+        rows = self._execute(
+            sa.select(*COLUMNS).where(_r.c.document_id == document_id).order_by(_r.c.revision_no)
         )
-        return [_rows.revision(row) for row in rows]
+        return [revision(row) for row in rows]
 
     def current(self, document_id: uuid.UUID) -> Revision | None:
         """Return the document's current revision (``None`` before the first upload)."""
-        row = self._conn.execute(
-            sa.select(*_rows.REVISION_COLUMNS)
-            .join(_d, sa.and_(_d.c.id == _r.c.document_id, _d.c.current_revision_id == _r.c.id))
-            .where(_d.c.id == document_id)
+        check_id("document", document_id)
+        row = self._execute(
+            sa.select(*COLUMNS).where(_r.c.id == documents.current_revision_of(document_id))
         ).one_or_none()
-        return None if row is None else _rows.revision(row)
+        return None if row is None else revision(row)
 
     def find_by_sha256(self, sha256: str) -> list[Revision]:
         """Return the revisions of live documents with this content hash (duplicate warning)."""
-        rows = self._conn.execute(
-            sa.select(*_rows.REVISION_COLUMNS)
-            .join(_d, _d.c.id == _r.c.document_id)
-            .where(_r.c.sha256 == sha256.lower(), _d.c.deleted_at.is_(None))
+        digest = check_sha256(sha256)
+        rows = self._execute(
+            sa.select(*COLUMNS)
+            .where(_r.c.sha256 == digest, documents.is_live(_r.c.document_id))
             .order_by(_r.c.created_at, _r.c.id)
         )
-        return [_rows.revision(row) for row in rows]
+        return [revision(row) for row in rows]
 
     def _require_live_document(self, document_id: uuid.UUID) -> None:
-        found = self._conn.execute(
-            sa.select(_d.c.id).where(_d.c.id == document_id, _d.c.deleted_at.is_(None))
-        ).one_or_none()
-        if found is None:
+        if self._execute(documents.live_id(document_id)).one_or_none() is None:
             raise NotFound(f"document {document_id} does not exist")

@@ -13,6 +13,7 @@ from dms import UnitOfWork, jobs, tenancy
 from dms.cli import main
 from dms.jobs import JobState
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
+from dms.services import define_field
 from dms.users import create_user
 
 
@@ -102,7 +103,7 @@ def test_demo_refuses_a_tenant_whose_own_required_field_the_seed_cannot_fill(
     with engine.begin() as conn:
         owner = create_user(conn, email="owner@example.org", display_name="Owner")
     with UnitOfWork(engine, tenant="acme", user_id=owner) as uow:
-        uow.metadata.define_field(name="Department", field_type="string", required=True)
+        define_field(uow, name="Department", field_type="string", required=True)
         uow.commit()
     engine.dispose()
     capsys.readouterr()

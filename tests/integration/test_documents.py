@@ -18,7 +18,7 @@ from dms.errors import (
     ValidationError,
 )
 from dms.schema import tenant as t
-from dms.services import add_revision, create_document
+from dms.services import add_revision, create_document, define_field
 from dms.uow import UnitOfWork
 
 
@@ -168,7 +168,7 @@ def test_purge_removes_everything_of_the_document(
 ) -> None:
     with uow:
         tag = uow.tags.add(name="doomed")
-        field = uow.metadata.define_field(name="Kinds", field_type="multi_select", options=["a"])
+        field = define_field(uow, name="Kinds", field_type="multi_select", options=["a"])
         doc = create_document(uow, title="Doomed.pdf", tag_ids=[tag.id], metadata={field.id: ["a"]})
         add_revision(
             uow,
@@ -192,7 +192,7 @@ def test_create_document_with_tags_and_metadata(uow: UnitOfWork) -> None:
     with uow:
         folder = uow.folders.add(name="Invoices")
         tag = uow.tags.add(name="paid")
-        amount = uow.metadata.define_field(name="Amount", field_type="int")
+        amount = define_field(uow, name="Amount", field_type="int")
         doc = create_document(
             uow, title="A.pdf", folder_id=folder.id, tag_ids=[tag.id], metadata={amount.id: 120}
         )
@@ -202,8 +202,8 @@ def test_create_document_with_tags_and_metadata(uow: UnitOfWork) -> None:
 
 def test_create_document_applies_defaults(uow: UnitOfWork) -> None:
     with uow:
-        status = uow.metadata.define_field(
-            name="Status", field_type="select", options=["new", "done"], default="new"
+        status = define_field(
+            uow, name="Status", field_type="select", options=["new", "done"], default="new"
         )
         doc = create_document(uow, title="A.pdf")
         new = status.options[0]
@@ -214,7 +214,7 @@ def test_create_document_requires_required_fields(
     engine: Engine, tenant: str, uow: UnitOfWork
 ) -> None:
     with uow:
-        field = uow.metadata.define_field(name="Customer", field_type="string", required=True)
+        field = define_field(uow, name="Customer", field_type="string", required=True)
         tag = uow.tags.add(name="x")
         with pytest.raises(ValidationError, match="'Customer'"):
             create_document(uow, title="A.pdf", tag_ids=[tag.id])
@@ -228,7 +228,7 @@ def test_create_document_with_invalid_value_writes_nothing(
     engine: Engine, tenant: str, uow: UnitOfWork
 ) -> None:
     with uow:
-        field = uow.metadata.define_field(name="Amount", field_type="int")
+        field = define_field(uow, name="Amount", field_type="int")
         with pytest.raises(ValidationError, match="'Amount'"):
             create_document(uow, title="A.pdf", metadata={field.id: "12"})
         uow.commit()

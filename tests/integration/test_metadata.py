@@ -17,7 +17,7 @@ from dms import tenancy
 from dms.domain import DocumentQuery, FieldType
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.schema import tenant as t
-from dms.services import create_document
+from dms.services import clear_value, create_document, define_field, set_value, set_values
 from dms.uow import UnitOfWork
 
 
@@ -50,9 +50,9 @@ def test_set_and_read_values(
     uow: UnitOfWork, field_type: str, value: object, stored: object
 ) -> None:
     with uow:
-        field = uow.metadata.define_field(name="F", field_type=field_type)
+        field = define_field(uow, name="F", field_type=field_type)
         doc = uow.documents.add(title="A.pdf")
-        assert uow.metadata.set_value(doc.id, field.id, value) == stored
+        assert set_value(uow, doc.id, field.id, value) == stored
         assert uow.metadata.values_of(doc.id) == {field.id: stored}
 
 
@@ -89,10 +89,10 @@ def test_invalid_values_are_refused_and_nothing_written(
 ) -> None:
     options = ["red", "green"] if FieldType(field_type).has_options else []
     with uow:
-        field = uow.metadata.define_field(name="Colour", field_type=field_type, options=options)
+        field = define_field(uow, name="Colour", field_type=field_type, options=options)
         doc = uow.documents.add(title="A.pdf")
         with pytest.raises(ValidationError, match="'Colour'") as error:
-            uow.metadata.set_value(doc.id, field.id, value)
+            set_value(uow, doc.id, field.id, value)
         shown = "'purple'" if value == ["red", "purple"] else repr(value)[:20]
         assert shown in str(error.value)
         uow.commit()
@@ -101,46 +101,44 @@ def test_invalid_values_are_refused_and_nothing_written(
 
 def test_value_of_unknown_field_or_document(uow: UnitOfWork) -> None:
     with uow:
-        field = uow.metadata.define_field(name="N", field_type="int")
+        field = define_field(uow, name="N", field_type="int")
         with pytest.raises(NotFound):
-            uow.metadata.set_value(uuid.uuid4(), field.id, 1)
+            set_value(uow, uuid.uuid4(), field.id, 1)
         doc = uow.documents.add(title="A.pdf")
         with pytest.raises(NotFound):
-            uow.metadata.set_value(doc.id, uuid.uuid4(), 1)
+            set_value(uow, doc.id, uuid.uuid4(), 1)
 
 
 def test_define_field_checks(uow: UnitOfWork) -> None:
     with uow:
         with pytest.raises(ValidationError, match="'colour'"):
-            uow.metadata.define_field(name="Colour", field_type="colour")
+            define_field(uow, name="Colour", field_type="colour")
         with pytest.raises(ValidationError, match="cannot have options"):
-            uow.metadata.define_field(name="N", field_type="int", options=["1"])
+            define_field(uow, name="N", field_type="int", options=["1"])
         with pytest.raises(ValidationError, match="'N'"):
-            uow.metadata.define_field(name="N", field_type="int", default="one")
-        uow.metadata.define_field(name="Amount", field_type=FieldType.INT)
+            define_field(uow, name="N", field_type="int", default="one")
+        define_field(uow, name="Amount", field_type=FieldType.INT)
         with pytest.raises(AlreadyExists, match="'AMOUNT'"):
-            uow.metadata.define_field(name="AMOUNT", field_type="string")
+            define_field(uow, name="AMOUNT", field_type="string")
         with pytest.raises(AlreadyExists):
-            uow.metadata.define_field(name="S", field_type="select", options=["a", "A"])
+            define_field(uow, name="S", field_type="select", options=["a", "A"])
         assert [f.name for f in uow.metadata.list_fields()] == ["Amount"]
 
 
 def test_select_values_and_option_lifecycle(uow: UnitOfWork) -> None:
     with uow:
-        field = uow.metadata.define_field(
-            name="Status", field_type="select", options=["Draft", "Final"]
-        )
+        field = define_field(uow, name="Status", field_type="select", options=["Draft", "Final"])
         draft, final = field.options
         a, b = uow.documents.add(title="A.pdf"), uow.documents.add(title="B.pdf")
-        assert uow.metadata.set_value(a.id, field.id, "draft") == draft.id
-        uow.metadata.set_value(b.id, field.id, final.id)
+        assert set_value(uow, a.id, field.id, "draft") == draft.id
+        set_value(uow, b.id, field.id, final.id)
         uow.metadata.rename_option(draft.id, value="Proposal")
         uow.metadata.retire_option(final.id)
         archived = uow.metadata.add_option(field.id, "Archived")
         assert uow.metadata.values_of(a.id) == {field.id: draft.id}
         assert uow.metadata.values_of(b.id) == {field.id: final.id}
         with pytest.raises(ValidationError, match="'Final'"):
-            uow.metadata.set_value(a.id, field.id, "Final")
+            set_value(uow, a.id, field.id, "Final")
         reloaded = uow.metadata.get_field_by_name("status")
         assert [o.value for o in reloaded.active_options()] == ["Proposal", "Archived"]
         assert archived.position == 2
@@ -150,27 +148,27 @@ def test_select_values_and_option_lifecycle(uow: UnitOfWork) -> None:
 
 def test_multi_select_values(uow: UnitOfWork) -> None:
     with uow:
-        field = uow.metadata.define_field(
-            name="Topics", field_type="multi_select", options=["tax", "hr", "it"]
+        field = define_field(
+            uow, name="Topics", field_type="multi_select", options=["tax", "hr", "it"]
         )
         tax, hr, it = field.options
         doc = uow.documents.add(title="A.pdf")
-        uow.metadata.set_value(doc.id, field.id, ["tax", hr.id])
+        set_value(uow, doc.id, field.id, ["tax", hr.id])
         assert uow.metadata.values_of(doc.id) == {field.id: frozenset({tax.id, hr.id})}
-        uow.metadata.set_value(doc.id, field.id, {it.id})
+        set_value(uow, doc.id, field.id, {it.id})
         assert uow.metadata.values_of(doc.id) == {field.id: frozenset({it.id})}
-        uow.metadata.clear_value(doc.id, field.id)
+        clear_value(uow, doc.id, field.id)
         assert uow.metadata.values_of(doc.id) == {}
 
 
 def test_rename_field_and_clear_value(uow: UnitOfWork) -> None:
     with uow:
-        field = uow.metadata.define_field(name="Amount", field_type="int")
+        field = define_field(uow, name="Amount", field_type="int")
         doc = uow.documents.add(title="A.pdf")
-        uow.metadata.set_value(doc.id, field.id, 5)
+        set_value(uow, doc.id, field.id, 5)
         assert uow.metadata.rename_field(field.id, name="Total").name == "Total"
         assert uow.metadata.values_of(doc.id) == {field.id: 5}
-        uow.metadata.clear_value(doc.id, field.id)
+        clear_value(uow, doc.id, field.id)
         assert uow.metadata.values_of(doc.id) == {}
         with pytest.raises(NotFound):
             uow.metadata.rename_field(uuid.uuid4(), name="X")
@@ -178,10 +176,10 @@ def test_rename_field_and_clear_value(uow: UnitOfWork) -> None:
 
 def test_required_field_cannot_be_cleared(uow: UnitOfWork) -> None:
     with uow:
-        field = uow.metadata.define_field(name="Customer", field_type="string", required=True)
+        field = define_field(uow, name="Customer", field_type="string", required=True)
         doc = create_document(uow, title="A.pdf", metadata={field.id: "ACME"})
         with pytest.raises(ValidationError, match="'Customer' is required"):
-            uow.metadata.clear_value(doc.id, field.id)
+            clear_value(uow, doc.id, field.id)
         assert uow.metadata.values_of(doc.id) == {field.id: "ACME"}
 
 
@@ -191,7 +189,7 @@ def test_required_field_on_tenant_with_documents_needs_default(
     with uow:
         uow.documents.add(title="A.pdf")
         with pytest.raises(ValidationError, match="needs a default"):
-            uow.metadata.define_field(name="Customer", field_type="string", required=True)
+            define_field(uow, name="Customer", field_type="string", required=True)
         uow.commit()
     assert rows(engine, tenant, t.metadata_fields) == 0
 
@@ -210,8 +208,8 @@ def test_required_field_default_applied_to_existing_documents(
 ) -> None:
     with uow:
         docs = [uow.documents.add(title=f"{n}.pdf") for n in range(3)]
-        field = uow.metadata.define_field(
-            name="F", field_type=field_type, required=True, default=default, options=options
+        field = define_field(
+            uow, name="F", field_type=field_type, required=True, default=default, options=options
         )
         assert field.default is not None
         for doc in docs:
@@ -270,9 +268,7 @@ def test_required_field_and_document_created_concurrently(
     """
 
     def define(uow: UnitOfWork) -> None:
-        uow.metadata.define_field(
-            name="Customer", field_type="string", required=True, default="unknown"
-        )
+        define_field(uow, name="Customer", field_type="string", required=True, default="unknown")
 
     def create(uow: UnitOfWork) -> None:
         create_document(uow, title="Racing.pdf")
@@ -298,23 +294,23 @@ def test_required_field_and_document_created_concurrently(
 
 def test_set_and_clear_value_bump_the_document_version(uow: UnitOfWork) -> None:
     with uow:
-        amount = uow.metadata.define_field(name="Amount", field_type="int")
-        note = uow.metadata.define_field(name="Note", field_type="string")
+        amount = define_field(uow, name="Amount", field_type="int")
+        note = define_field(uow, name="Note", field_type="string")
         read = uow.documents.add(title="A.pdf")
-        uow.metadata.set_value(read.id, amount.id, 5)
+        set_value(uow, read.id, amount.id, 5)
         with pytest.raises(ConcurrentUpdate, match=f"version {read.version + 1}, not"):
             uow.documents.rename(read.id, title="stale.pdf", version=read.version)
-        uow.metadata.set_values(read.id, {amount.id: 6, note.id: "x"})
+        set_values(uow, read.id, {amount.id: 6, note.id: "x"})
         assert uow.documents.get(read.id).version == read.version + 2
-        uow.metadata.clear_value(read.id, note.id)
-        uow.metadata.clear_value(read.id, note.id)
+        clear_value(uow, read.id, note.id)
+        clear_value(uow, read.id, note.id)
         assert uow.documents.get(read.id).version == read.version + 3
         assert uow.metadata.values_of(read.id) == {amount.id: 6}
 
 
 def test_create_document_returns_the_version_to_update_with(uow: UnitOfWork) -> None:
     with uow:
-        amount = uow.metadata.define_field(name="Amount", field_type="int")
+        amount = define_field(uow, name="Amount", field_type="int")
         tag = uow.tags.add(name="red")
         doc = create_document(uow, title="A.pdf", tag_ids=[tag.id], metadata={amount.id: 1})
         assert doc == uow.documents.get(doc.id)

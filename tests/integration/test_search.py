@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import date
 from decimal import Decimal
@@ -11,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, Page
 from dms.errors import NotFound, ValidationError
-from dms.services import create_document
+from dms.services import create_document, define_field, search_documents
 from dms.uow import UnitOfWork
 
 
@@ -31,7 +32,7 @@ def test_folder_subtree(uow: UnitOfWork) -> None:
         other = uow.folders.add(name="Other")
         for title, folder in (("a", root), ("b", child), ("c", other)):
             uow.documents.add(title=title, folder_id=folder.id)
-        search = uow.documents.search
+        search = functools.partial(search_documents, uow)
         assert titles(search(DocumentQuery(folder_id=root.id))) == ["a", "b"]
         direct = DocumentQuery(folder_id=root.id, include_subfolders=False)
         assert titles(search(direct)) == ["a"]
@@ -44,7 +45,7 @@ def test_tags_all_and_any(uow: UnitOfWork) -> None:
         create_document(uow, title="both", tag_ids=[red.id, blue.id])
         create_document(uow, title="red", tag_ids=[red.id])
         create_document(uow, title="none")
-        search = uow.documents.search
+        search = functools.partial(search_documents, uow)
         assert titles(search(DocumentQuery(tags_all=frozenset({red.id, blue.id})))) == ["both"]
         assert titles(search(DocumentQuery(tags_any=frozenset({red.id, blue.id})))) == [
             "both",
@@ -54,11 +55,11 @@ def test_tags_all_and_any(uow: UnitOfWork) -> None:
 
 def test_metadata_equality_and_ranges(uow: UnitOfWork) -> None:
     with uow:
-        amount = uow.metadata.define_field(name="Amount", field_type="int")
-        price = uow.metadata.define_field(name="Price", field_type="decimal")
-        due = uow.metadata.define_field(name="Due", field_type="date")
-        kind = uow.metadata.define_field(name="Kind", field_type="select", options=["x", "y"])
-        topics = uow.metadata.define_field(name="Topics", field_type="multi_select", options=["t"])
+        amount = define_field(uow, name="Amount", field_type="int")
+        price = define_field(uow, name="Price", field_type="decimal")
+        due = define_field(uow, name="Due", field_type="date")
+        kind = define_field(uow, name="Kind", field_type="select", options=["x", "y"])
+        topics = define_field(uow, name="Topics", field_type="multi_select", options=["t"])
         for n in range(5):
             create_document(
                 uow,
@@ -73,7 +74,7 @@ def test_metadata_equality_and_ranges(uow: UnitOfWork) -> None:
             )
 
         def find(*filters: MetadataFilter) -> list[str]:
-            return titles(uow.documents.search(DocumentQuery(metadata=filters)))
+            return titles(search_documents(uow, DocumentQuery(metadata=filters)))
 
         assert find(MetadataFilter(field_id=amount.id, equals=20)) == ["doc2"]
         assert find(MetadataFilter(field_id=amount.id, at_least=15, at_most=30)) == ["doc2", "doc3"]
@@ -90,31 +91,31 @@ def test_metadata_equality_and_ranges(uow: UnitOfWork) -> None:
 
 def test_bad_filters(uow: UnitOfWork) -> None:
     with uow:
-        name = uow.metadata.define_field(name="Name", field_type="string")
-        amount = uow.metadata.define_field(name="Amount", field_type="int")
+        name = define_field(uow, name="Name", field_type="string")
+        amount = define_field(uow, name="Amount", field_type="int")
         with pytest.raises(ValidationError, match="'Name'"):
-            uow.documents.search(
-                DocumentQuery(metadata=(MetadataFilter(field_id=name.id, at_least=1),))
+            search_documents(
+                uow, DocumentQuery(metadata=(MetadataFilter(field_id=name.id, at_least=1),))
             )
         with pytest.raises(ValidationError, match="'Amount'"):
-            uow.documents.search(
-                DocumentQuery(metadata=(MetadataFilter(field_id=amount.id, equals="ten"),))
+            search_documents(
+                uow, DocumentQuery(metadata=(MetadataFilter(field_id=amount.id, equals="ten"),))
             )
         with pytest.raises(NotFound):
-            uow.documents.search(
-                DocumentQuery(metadata=(MetadataFilter(field_id=uuid.uuid4(), equals=1),))
+            search_documents(
+                uow, DocumentQuery(metadata=(MetadataFilter(field_id=uuid.uuid4(), equals=1),))
             )
         with pytest.raises(ValidationError):
             MetadataFilter(field_id=amount.id)
         with pytest.raises(ValidationError):
-            uow.documents.search(DocumentQuery(), limit=0)
+            search_documents(uow, DocumentQuery(), limit=0)
 
 
 def test_title_substring_escapes_wildcards(uow: UnitOfWork) -> None:
     with uow:
         for title in ("100% done", "1000 done", "Under_score", "Underscore", "back\\slash"):
             uow.documents.add(title=title)
-        search = uow.documents.search
+        search = functools.partial(search_documents, uow)
         assert titles(search(DocumentQuery(title_contains="0%"))) == ["100% done"]
         assert titles(search(DocumentQuery(title_contains="R_S"))) == ["Under_score"]
         assert titles(search(DocumentQuery(title_contains="k\\s"))) == ["back\\slash"]
@@ -133,7 +134,7 @@ def test_combined_filters(uow: UnitOfWork) -> None:
         query = DocumentQuery(
             folder_id=folder.id, tags_all=frozenset({tag.id}), title_contains="invoice"
         )
-        assert titles(uow.documents.search(query)) == ["Invoice 1"]
+        assert titles(search_documents(uow, query)) == ["Invoice 1"]
 
 
 def test_keyset_pagination_is_complete_and_stable(uow: UnitOfWork) -> None:
@@ -145,13 +146,13 @@ def test_keyset_pagination_is_complete_and_stable(uow: UnitOfWork) -> None:
         seen: list[uuid.UUID] = []
         cursor: Cursor | None = None
         while True:
-            page = uow.documents.search(DocumentQuery(), limit=5, after=cursor)
+            page = search_documents(uow, DocumentQuery(), limit=5, after=cursor)
             seen.extend(doc.id for doc in page.items)
             if page.next_cursor is None:
                 break
             cursor = Cursor.decode(page.next_cursor.encode())
         assert len(seen) == len(set(seen)) == 23
-        everything = uow.documents.search(DocumentQuery(), limit=100)
+        everything = search_documents(uow, DocumentQuery(), limit=100)
         assert [doc.id for doc in everything.items] == seen
         assert everything.next_cursor is None
 

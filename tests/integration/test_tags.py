@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
+from dms.services import tag_documents, untag_documents
 from dms.uow import UnitOfWork
 
 
@@ -24,7 +25,7 @@ def test_create_get_rename_delete(uow: UnitOfWork) -> None:
         renamed = uow.tags.rename(tag.id, name="Critical")
         assert renamed.name == "Critical"
         doc = uow.documents.add(title="A.pdf")
-        uow.tags.tag([doc.id], [tag.id])
+        tag_documents(uow, [doc.id], [tag.id])
         uow.tags.delete(tag.id)
         assert uow.tags.all() == []
         assert uow.tags.tags_of(doc.id) == []
@@ -57,12 +58,12 @@ def test_bulk_tag_untag_and_queries(uow: UnitOfWork) -> None:
     with uow:
         red, blue = uow.tags.add(name="red"), uow.tags.add(name="blue")
         a, b, c = (uow.documents.add(title=f"{n}.pdf") for n in "abc")
-        assert uow.tags.tag([a.id, b.id], [red.id, blue.id]) == 4
-        assert uow.tags.tag([a.id, c.id], [red.id]) == 1
-        assert [d.id for d in uow.tags.documents_with_all([red.id, blue.id])] == [a.id, b.id]
-        assert [d.id for d in uow.tags.documents_with_any([red.id, blue.id])] == [a.id, b.id, c.id]
-        assert uow.tags.untag([a.id, b.id], [blue.id]) == 2
-        assert uow.tags.documents_with_all([red.id, blue.id]) == []
+        assert tag_documents(uow, [a.id, b.id], [red.id, blue.id]) == 4
+        assert tag_documents(uow, [a.id, c.id], [red.id]) == 1
+        assert [d.id for d in uow.documents.with_all_tags([red.id, blue.id])] == [a.id, b.id]
+        assert [d.id for d in uow.documents.with_any_tag([red.id, blue.id])] == [a.id, b.id, c.id]
+        assert untag_documents(uow, [a.id, b.id], [blue.id]) == 2
+        assert uow.documents.with_all_tags([red.id, blue.id]) == []
         assert [t.name for t in uow.tags.tags_of(a.id)] == ["red"]
 
 
@@ -71,9 +72,9 @@ def test_tag_unknown_document_or_tag_writes_nothing(uow: UnitOfWork) -> None:
         tag = uow.tags.add(name="red")
         doc = uow.documents.add(title="a.pdf")
         with pytest.raises(NotFound):
-            uow.tags.tag([doc.id, uuid.uuid4()], [tag.id])
+            tag_documents(uow, [doc.id, uuid.uuid4()], [tag.id])
         with pytest.raises(NotFound):
-            uow.tags.tag([doc.id], [uuid.uuid4()])
+            tag_documents(uow, [doc.id], [uuid.uuid4()])
         assert uow.tags.tags_of(doc.id) == []
 
 
@@ -81,9 +82,9 @@ def test_deleted_documents_are_not_found_by_tag(uow: UnitOfWork) -> None:
     with uow:
         tag = uow.tags.add(name="red")
         doc = uow.documents.add(title="a.pdf")
-        uow.tags.tag([doc.id], [tag.id])
+        tag_documents(uow, [doc.id], [tag.id])
         uow.documents.soft_delete(doc.id, version=uow.documents.get(doc.id).version)
-        assert uow.tags.documents_with_any([tag.id]) == []
+        assert uow.documents.with_any_tag([tag.id]) == []
 
 
 def test_tag_and_untag_bump_the_version_of_changed_documents(uow: UnitOfWork) -> None:
@@ -91,13 +92,13 @@ def test_tag_and_untag_bump_the_version_of_changed_documents(uow: UnitOfWork) ->
         red = uow.tags.add(name="red")
         read = uow.documents.add(title="a.pdf")
         other = uow.documents.add(title="b.pdf")
-        uow.tags.tag([read.id], [red.id])
+        tag_documents(uow, [read.id], [red.id])
         tagged = uow.documents.get(read.id)
         with pytest.raises(ConcurrentUpdate, match=f"version {read.version + 1}, not"):
             uow.documents.rename(read.id, title="stale.pdf", version=read.version)
-        assert uow.tags.tag([read.id], [red.id]) == 0
+        assert tag_documents(uow, [read.id], [red.id]) == 0
         assert uow.documents.get(read.id).version == tagged.version
-        assert uow.tags.untag([read.id, other.id], [red.id]) == 1
+        assert untag_documents(uow, [read.id, other.id], [red.id]) == 1
         assert uow.documents.get(read.id).version == tagged.version + 1
         assert uow.documents.get(other.id).version == other.version
         assert uow.documents.get(read.id).title == "a.pdf"

@@ -17,7 +17,7 @@ from dms.domain import DocumentQuery
 from dms.errors import AlreadyExists, DmsError, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.schema.tenant import USERS_SCHEMA
-from dms.services import add_revision, create_document
+from dms.services import add_revision, create_document, define_field, tag_documents
 from dms.uow import UnitOfWork
 from tests.conftest import new_slug
 
@@ -167,7 +167,7 @@ def test_tenant_isolation_through_every_repository(
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         folder = uow.folders.add(name="Private")
         tag = uow.tags.add(name="secret")
-        field = uow.metadata.define_field(name="Amount", field_type="int")
+        field = define_field(uow, name="Amount", field_type="int")
         doc = create_document(
             uow, title="Mine.pdf", folder_id=folder.id, tag_ids=[tag.id], metadata={field.id: 1}
         )
@@ -188,9 +188,9 @@ def test_tenant_isolation_through_every_repository(
         assert uow.revisions.find_by_sha256(digest) == []
         assert uow.revisions.history(doc.id) == []
         assert uow.metadata.values_of(doc.id) == {}
-        assert uow.tags.documents_with_any([tag.id]) == []
+        assert uow.documents.with_any_tag([tag.id]) == []
         with pytest.raises(NotFound):
-            uow.tags.tag([doc.id], [tag.id])
+            tag_documents(uow, [doc.id], [tag.id])
         with pytest.raises(NotFound):
             uow.documents.add(title="Intruder.pdf", folder_id=folder.id)
 

@@ -1,0 +1,91 @@
+"""Use cases of documents: create one with its tags and values, upload a revision, search."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+
+from dms.domain import Cursor, Document, DocumentQuery, Page, Revision
+from dms.domain.search import check_query
+from dms.domain.validation import check_ids, shown
+from dms.errors import ValidationError
+from dms.uow import UnitOfWork
+
+
+def create_document(
+    uow: UnitOfWork,
+    *,
+    title: str,
+    folder_id: uuid.UUID | None = None,
+    tag_ids: Iterable[uuid.UUID] = (),
+    metadata: Mapping[uuid.UUID, object] | None = None,
+) -> Document:
+    """Create a document with its tags and metadata values, created by the unit's user.
+
+    Fields with a default get it unless ``metadata`` has a value; every required field must
+    end up with a value, else :class:`ValidationError` and nothing is written. The document
+    starts at version 1 with its tags and values: nobody can have read it before.
+    """
+    tags = check_ids("tag", tag_ids)
+    given = _checked_mapping(metadata)
+    with uow.savepoint():
+        document = uow.documents.add(title=title, folder_id=folder_id)
+        uow.tags.link([document.id], tags)
+        defaults = {f.id: f.default for f in uow.metadata.list_fields() if f.default is not None}
+        uow.metadata.put_values(document.id, {**defaults, **given})
+        _require_complete(uow, document)
+    return document
+
+
+def _checked_mapping(metadata: object) -> Mapping[uuid.UUID, object]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"metadata must be a mapping of field ids, not {shown(metadata)}")
+    check_ids("metadata field", metadata.keys())
+    return metadata
+
+
+def _require_complete(uow: UnitOfWork, document: Document) -> None:
+    missing = uow.metadata.missing_required(document.id)
+    if missing:
+        names = ", ".join(repr(field.name) for field in missing)
+        raise ValidationError(f"document {document.title!r} needs a value for {names}")
+
+
+def add_revision(
+    uow: UnitOfWork,
+    document_id: uuid.UUID,
+    *,
+    storage_key: str,
+    sha256: str,
+    size_bytes: int,
+    mime_type: str,
+) -> Revision:
+    """Append a revision to a document and make it the current one (bumps the version).
+
+    Concurrent uploads to one document queue on its row lock and get consecutive numbers.
+    """
+    revision = uow.revisions.add(
+        document_id,
+        storage_key=storage_key,
+        sha256=sha256,
+        size_bytes=size_bytes,
+        mime_type=mime_type,
+    )
+    uow.documents.set_current_revision(document_id, revision.id)
+    return revision
+
+
+def search_documents(
+    uow: UnitOfWork, query: DocumentQuery, *, limit: int = 50, after: Cursor | None = None
+) -> Page[Document]:
+    """Return one page of the live documents matching ``query``, ordered by title then id.
+
+    Reads the fields that the metadata filters name (:class:`~dms.errors.NotFound` for an
+    unknown one), then searches. Pass the page's ``next_cursor`` as ``after`` for the next
+    page; the cost of a page does not grow with its position (keyset, not OFFSET).
+    """
+    check_query(query)
+    fields = uow.metadata.get_fields(wanted.field_id for wanted in query.metadata)
+    return uow.documents.search(query, fields=fields, limit=limit, after=after)
