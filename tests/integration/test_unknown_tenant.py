@@ -21,6 +21,7 @@ from sqlalchemy.exc import ProgrammingError
 from dms import tenancy
 from dms.domain import DocumentQuery
 from dms.errors import TenantNotFound
+from dms.schema import tenant as t
 from dms.services import create_document, define_field, search_documents, tag_documents
 from dms.uow import UnitOfWork
 from tests.conftest import new_slug
@@ -115,10 +116,10 @@ def test_a_registered_tenant_missing_a_table_keeps_the_driver_error(
     engine: Engine, tenant: str
 ) -> None:
     """Not migrated (a table is missing), not unknown: that is an operator's problem to see."""
-    schema = tenancy.schema_name(tenant)
     with engine.begin() as conn:
-        conn.execute(sa.schema.DropTable(sa.table("document_tags", schema=schema)))
-        conn.execute(sa.schema.DropTable(sa.table("tags", schema=schema)))
+        routed = tenancy.route(conn, tenant)
+        routed.execute(sa.schema.DropTable(t.document_tags))
+        routed.execute(sa.schema.DropTable(t.tags))
 
     with UnitOfWork(engine, tenant=tenant) as uow, pytest.raises(ProgrammingError) as raised:
         uow.tags.all()
