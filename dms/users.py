@@ -17,6 +17,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateSchema
 
 from dms.config import Settings, settings_of
+from dms.domain.validation import check_text
+from dms.errors import ValidationError
 from dms.schema.naming import NAMING_CONVENTION
 
 
@@ -70,8 +72,14 @@ def create_user(
 ) -> uuid.UUID:
     """Insert a stand-in user (or find it by e-mail) and return its id. Development only.
 
-    ``settings`` default to ``conn``'s.
+    Both texts are stored as given; one that is not a string PostgreSQL can store, or a blank
+    e-mail, raises :class:`~dms.errors.ValidationError` before any SQL. ``settings`` default
+    to ``conn``'s.
     """
+    check_text("e-mail", email)
+    check_text("display name", display_name)
+    if not email.strip():
+        raise ValidationError("a user's e-mail must not be blank")
     settings = settings if settings is not None else settings_of(conn)
     users = users_stand_in(settings.users_schema)
     inserted: uuid.UUID | None = conn.scalar(

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
 
 from dms.config import Settings, with_settings
+from dms.errors import ValidationError
 from dms.testing.factories import FolderFactory
 from dms.users import create_user, create_users_stand_in, users_table_exists
 
@@ -60,3 +64,52 @@ def test_helpers_use_the_settings_their_engine_carries(
         assert missing is None
     finally:
         engine.dispose()
+
+
+BAD_USERS: dict[str, tuple[object, object]] = {
+    "NUL in the e-mail": ("a\x00b@example.org", "A"),
+    "lone surrogate in the e-mail": ("\ud800@example.org", "A"),
+    "NUL in the name": ("n@example.org", "A\x00"),
+    "lone surrogate in the name": ("s@example.org", "\udc80"),
+    "int e-mail": (5, "A"),
+    "None name": ("x@example.org", None),
+    "bytes e-mail": (b"b@example.org", "A"),
+    "blank e-mail": ("  ", "A"),
+}
+
+
+@pytest.fixture
+def statements(engine: sa.Engine) -> Iterator[list[str]]:
+    """Every statement sent to the server through ``engine`` during the test."""
+    sent: list[str] = []
+
+    def record(**event_arguments: Any) -> None:
+        sent.append(event_arguments["statement"])
+
+    event.listen(engine, "before_cursor_execute", record, named=True)
+    yield sent
+    event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.mark.parametrize(("email", "name"), list(BAD_USERS.values()), ids=list(BAD_USERS))
+def test_create_user_refuses_bad_input_before_any_sql(
+    engine: sa.Engine, statements: list[str], email: object, name: object
+) -> None:
+    with engine.begin() as conn:
+        count = conn.scalar(sa.text("SELECT count(*) FROM public.users"))
+        statements.clear()
+        with pytest.raises(ValidationError):
+            create_user(conn, email=email, display_name=name)  # type: ignore[arg-type]
+        assert statements == []
+        assert conn.scalar(sa.text("SELECT count(*) FROM public.users")) == count
+
+
+def test_create_user_stores_any_storable_text_intact(engine: sa.Engine) -> None:
+    email = f"{uuid.uuid4().hex}+ünïcødé\t😀@example.org"
+    name = "  Zoë\u200b \U0001f600 \\ ' \" %_"
+    with engine.begin() as conn:
+        user = create_user(conn, email=email, display_name=name)
+        stored = conn.execute(
+            sa.text("SELECT email, display_name FROM public.users WHERE id = :id"), {"id": user}
+        ).one()
+    assert tuple(stored) == (email, name)

@@ -78,6 +78,7 @@ def test_settings_defaults_follow_xdg() -> None:
         {"DMS_USERS_SCHEMA": 'iam"; drop table x; --'},
         {"DMS_USERS_SCHEMA": "Upper"},
         {"DMS_USERS_SCHEMA": "iam\n"},
+        {"DMS_USERS_SCHEMA": "iam\x00"},
         {"DMS_USERS_SCHEMA": "pg_iam"},
         {"DMS_LOCK_TIMEOUT_MS": "soon"},
         {"DMS_LOCK_TIMEOUT_MS": "0"},
