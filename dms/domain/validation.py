@@ -26,6 +26,8 @@ from .model import FieldOption, FieldType, MetadataField, MetadataValue
 #: Range of PostgreSQL ``bigint``, the column of int values.
 INT_MIN = -(2**63)
 INT_MAX = 2**63 - 1
+#: Largest PostgreSQL ``integer``, the column of a document's version.
+VERSION_MAX = 2**31 - 1
 #: Decimal values keep at most this many significant digits ...
 DECIMAL_MAX_DIGITS = 38
 #: ... of which at most this many after the point.
@@ -112,9 +114,9 @@ def check_flag(what: str, value: object) -> bool:
 
 
 def check_version(value: object) -> int:
-    """Return ``value`` if it can be a document's version: an ``int`` of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError(f"version must be an int of at least 1, not {shown(value)}")
+    """Return ``value`` if it can be a document's version: an ``int`` column, at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= VERSION_MAX:
+        raise ValidationError(f"version must be an int from 1 to {VERSION_MAX}, not {shown(value)}")
     return value
 
 

@@ -1,0 +1,927 @@
+"""Hostile input at every domain entry point: stored intact, or refused with nothing changed.
+
+For each entry point (the unit of work, every repository method, the use cases of
+``dms.services``, the tenant functions and the users helpers), hypothesis draws values a careless
+or hostile caller could pass: any text (NUL characters, lone surrogates, every Unicode category,
+LIKE wildcards, lengths around each limit) and values of the wrong type (a ``str`` or an ``int``
+where an id is expected, ``bytes``, floats, ``None``, ...). Each call must end in one of two ways:
+
+* it returns, and what it stored reads back equal to what was given (*accepted intact*);
+* it raises a :class:`~dms.errors.DmsError` of the kinds the entry point may raise (*refused*);
+  a :class:`~dms.errors.ValidationError` before the value reached the driver (no statement
+  carried it), and whatever the refusal, every tenant table is unchanged (row counts and a
+  checksum of every row) and the unit of work still works.
+
+Any other exception (a raw psycopg or Python error) fails the test. The examples are
+derandomized, so CI runs the same ones every time; nothing is committed, so every example starts
+from the same world. ``pytest --hypothesis-show-statistics`` (without ``-n``) prints, per entry
+point, how many inputs were accepted intact and how many refused, and how.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event as sa_event
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.engine import Connection, Engine
+
+from dms import tenancy
+from dms.domain import (
+    Cursor,
+    DocumentQuery,
+    FieldType,
+    MetadataField,
+    MetadataFilter,
+)
+from dms.errors import (
+    AlreadyExists,
+    ConcurrentUpdate,
+    DmsError,
+    InvalidTenantName,
+    NotFound,
+    TenantNotFound,
+    ValidationError,
+)
+from dms.schema import tenant as t
+from dms.services import (
+    add_revision,
+    create_document,
+    define_field,
+    search_documents,
+    set_value,
+    tag_documents,
+)
+from dms.uow import UnitOfWork
+from dms.users import create_user, users_stand_in
+from tests.conftest import new_slug
+
+#: Examples per entry point: with about 40 entry points, the module stays well under a minute.
+EXAMPLES = 40
+
+TENANT_TABLES = [table for table in t.metadata.sorted_tables if table.schema is None]
+
+# --- values -----------------------------------------------------------------------------------
+
+#: Every code point, surrogates and unassigned ones included.
+ANY_CHARACTER = st.characters(exclude_categories=())
+#: What PostgreSQL, LIKE, quoting and trimming make special.
+SPECIAL = st.sampled_from(
+    ["\x00", "\ud800", "\udfff", " ", "\t", "\n", "\u3000", "\u00a0", "\u200b", "\ufeff", "%",
+     "_", "\\", "'", '"', ";", "/", "😀", "\U0010ffff", "\x7f", "é", "ß", "İ"]
+)  # fmt: skip
+TEXT = st.one_of(
+    st.text(ANY_CHARACTER, max_size=12),
+    st.lists(st.one_of(SPECIAL, st.text(ANY_CHARACTER, max_size=3)), max_size=6).map("".join),
+    st.sampled_from([99, 100, 101, 199, 200, 201, 254, 255, 256, 499, 500, 501, 1000, 1001]).map(
+        lambda n: "x" * n
+    ),
+)
+NOT_TEXT = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(),
+    st.binary(max_size=4),
+    st.booleans(),
+    st.uuids(),
+    st.lists(st.integers(), max_size=2),
+    st.decimals(),
+    st.dates(),
+    st.datetimes(),
+)
+ANYTHING = st.one_of(TEXT, NOT_TEXT)
+#: Ids as a caller might get them wrong: the right type, its text, or anything else.
+IDS = st.one_of(st.uuids(), st.uuids().map(str), ANYTHING)
+
+
+def ids_of(*known: uuid.UUID) -> st.SearchStrategy[Any]:
+    """Ids that name ``known`` rows as often as they are wrong, as an id or in a list."""
+    one = st.one_of(st.sampled_from(known), st.sampled_from(known).map(str), IDS)
+    return st.one_of(st.sampled_from(known), one, st.lists(one, max_size=2), st.just([]))
+
+
+URLS = st.one_of(TEXT.map(lambda tail: "https://example.org/" + tail), TEXT)
+MIME_TYPES = st.one_of(TEXT.map(lambda tail: "text/plain" + tail), TEXT)
+DIGESTS = st.one_of(
+    st.binary(min_size=1, max_size=8).map(lambda data: hashlib.sha256(data).hexdigest()),
+    st.binary(min_size=1, max_size=8).map(lambda data: hashlib.sha256(data).hexdigest()),
+    st.binary(min_size=1, max_size=8).map(lambda data: hashlib.sha256(data).hexdigest().upper()),
+    TEXT,
+)
+
+
+# --- the world every example starts from ------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class World:
+    """A committed tenant with one row of everything; examples never commit."""
+
+    tenant: str
+    user: uuid.UUID
+    folder_id: uuid.UUID
+    document_id: uuid.UUID
+    document_version: int
+    tag_id: uuid.UUID
+    revision_id: uuid.UUID
+    fields: Mapping[FieldType, MetadataField]
+    snapshot: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+
+    def field_of(self, kind: FieldType) -> MetadataField:
+        return self.fields[kind]
+
+
+def snapshot(conn: Connection) -> dict[str, tuple[int, str]]:
+    """Row count and checksum of every tenant table, in one query on ``conn`` (routed)."""
+    parts = []
+    for table in TENANT_TABLES:
+        rows = table.alias("r")
+        as_text = sa.cast(sa.literal_column("r"), sa.Text)
+        digest = sa.func.md5(
+            sa.func.coalesce(
+                sa.func.string_agg(as_text, aggregate_order_by(sa.literal("|"), as_text)), ""
+            )
+        )
+        parts.append(
+            sa.select(sa.literal(table.name).label("name"), sa.func.count(), digest).select_from(
+                rows
+            )
+        )
+    return {name: (count, digest) for name, count, digest in conn.execute(sa.union_all(*parts))}
+
+
+@pytest.fixture(scope="module")
+def world(engine: Engine) -> Iterator[World]:
+    slug = new_slug()
+    tenancy.create_tenant(engine, slug)
+    with engine.begin() as conn:
+        user = create_user(conn, email=f"{uuid.uuid4().hex}@example.org", display_name="World")
+    with UnitOfWork(engine, tenant=slug, user_id=user) as uow:
+        folder = uow.folders.add(name="Invoices")
+        document = uow.documents.add(title="Doc.pdf", folder_id=folder.id)
+        tag = uow.tags.add(name="paid")
+        fields = {
+            kind: define_field(
+                uow,
+                name=f"F {kind.value}",
+                field_type=kind,
+                options=["Red", "Green"] if kind.has_options else [],
+            )
+            for kind in FieldType
+        }
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key="world/1",
+            sha256=hashlib.sha256(b"world").hexdigest(),
+            size_bytes=5,
+            mime_type="text/plain",
+        )
+        version = uow.documents.get(document.id).version
+        uow.commit()
+    with UnitOfWork(engine, tenant=slug) as uow:
+        state = snapshot(uow.connection)
+    yield World(
+        tenant=slug,
+        user=user,
+        folder_id=folder.id,
+        document_id=document.id,
+        document_version=version,
+        tag_id=tag.id,
+        revision_id=revision.id,
+        fields=fields,
+        snapshot=state,
+    )
+    tenancy.drop_tenant(engine, slug)
+
+
+# --- what an example checks -------------------------------------------------------------------
+
+
+def _flattened(parameters: object) -> Iterator[object]:
+    if isinstance(parameters, Mapping):
+        for value in parameters.values():
+            yield from _flattened(value)
+    elif isinstance(parameters, (list, tuple)):
+        for value in parameters:
+            yield from _flattened(value)
+    else:
+        yield parameters
+
+
+def carries(parameter: object, value: object) -> bool:
+    """Whether a statement parameter is (or, for text, contains) the refused ``value``."""
+    if isinstance(value, str) and value:
+        return isinstance(parameter, str) and value in parameter
+    try:
+        return type(parameter) is type(value) and bool(parameter == value)
+    except ArithmeticError:  # a signalling NaN refuses to be compared
+        return False
+
+
+@contextmanager
+def sent_parameters(engine: Engine) -> Iterator[list[object]]:
+    """The parameters of every statement sent through ``engine`` in the block, flattened."""
+    sent: list[object] = []
+
+    def record(**arguments: Any) -> None:
+        sent.extend(_flattened(arguments["parameters"]))
+
+    sa_event.listen(engine, "before_cursor_execute", record, named=True)
+    try:
+        yield sent
+    finally:
+        sa_event.remove(engine, "before_cursor_execute", record)
+
+
+#: The values to draw: a strategy, or one made from the world (to draw its ids too).
+Values = st.SearchStrategy[Any] | Callable[[World], st.SearchStrategy[Any]]
+#: A call of an entry point with a drawn value; returns what the round trip compares.
+Call = Callable[[UnitOfWork, World, Any], object]
+#: Reads back what a call stored: returns (what was stored, what it should equal).
+ReadBack = Callable[[UnitOfWork, World, Any, Any], tuple[object, object]]
+
+
+def returned(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    """For lookups and calls that store nothing: having returned is the whole success."""
+    return None, None
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """An entry point, the values to try on it, and how to read back what it stored."""
+
+    name: str
+    values: Values
+    call: Call
+    read_back: ReadBack = returned
+    refusals: tuple[type[DmsError], ...] = (ValidationError,)
+
+
+#: Outcomes of this run, by entry point: ``pytest`` without ``-n`` prints them at the end.
+TALLY: Counter[tuple[str, str]] = Counter()
+
+
+def outcome(entry: str, what: str) -> None:
+    """Count an example's outcome, for hypothesis' statistics and for :data:`TALLY`."""
+    if currently_in_test_context():  # not in the tests of known values
+        event(f"{entry}: {what}")
+        TALLY[entry, what] += 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At the end of the module, print what was tried, accepted intact and refused."""
+    TALLY.clear()
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or capture is None or not TALLY:  # an xdist worker's output is not shown
+        return
+    with capture.global_and_fixture_disabled():
+        _report(reporter)
+
+
+def _report(reporter: Any) -> None:
+    reporter.write_sep("-", "hostile input: tried, accepted intact, refused (how)")
+    for entry in sorted({entry for entry, _ in TALLY}):
+        counts = {what: n for (name, what), n in TALLY.items() if name == entry}
+        accepted = sum(n for what, n in counts.items() if what.startswith("accepted"))
+        refused = {what: n for what, n in counts.items() if what.startswith("refused")}
+        how = ", ".join(f"{n} {what.removeprefix('refused ')}" for what, n in refused.items())
+        tried = accepted + sum(refused.values())
+        reporter.write_line(f"{entry:45} {tried:4} {accepted:4} {sum(refused.values()):4}  {how}")
+
+
+def run(
+    engine: Engine, world: World, entry: EntryPoint, value: Any, *, refused: bool = False
+) -> None:
+    """Call ``entry`` with ``value`` in a unit of work that is never committed; check it.
+
+    With ``refused``, the value must be refused with a :class:`ValidationError`.
+    """
+    with UnitOfWork(engine, tenant=world.tenant, user_id=world.user) as uow:
+        try:
+            with sent_parameters(engine) as sent:
+                result = entry.call(uow, world, value)
+        except DmsError as refusal:
+            allowed = (ValidationError,) if refused else entry.refusals
+            if not isinstance(refusal, allowed):
+                pytest.fail(f"{entry.name} refused with {refusal!r}")
+            if isinstance(refusal, ValidationError):
+                assert not [p for p in sent if carries(p, value)], "the value reached SQL"
+            assert snapshot(uow.connection) == world.snapshot
+            outcome(entry.name, f"refused ({type(refusal).__name__})")
+            return
+        assert not refused, f"{entry.name} accepted {value!r}"
+        stored, expected = entry.read_back(uow, world, value, result)
+        assert stored == expected
+        outcome(entry.name, "accepted intact")
+
+
+# --- the entry points -------------------------------------------------------------------------
+
+NAMED = (ValidationError, AlreadyExists)
+LOOKED_UP = (ValidationError, NotFound)
+
+
+def _title(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return uow.documents.get(result.id).title, value
+
+
+def _folder_name(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return uow.folders.get(result.id).name, value
+
+
+def _tag_name(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return uow.tags.get(result.id).name, value
+
+
+def _field_name(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return uow.metadata.get_field(result.id).name, value
+
+
+def _option(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    options = {o.id: o.value for o in uow.metadata.get_field(result.field_id).options}
+    return options[result.id], value
+
+
+def _only_option(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return [o.value for o in uow.metadata.get_field(result.id).options], value
+
+
+def _add_revision(part: str) -> tuple[Call, ReadBack]:
+    """``add_revision`` with ``part`` (storage_key, sha256, size_bytes, mime_type) drawn."""
+
+    def call(uow: UnitOfWork, world: World, value: Any) -> object:
+        described: dict[str, Any] = {
+            "storage_key": f"keys/{uuid.uuid4()}",
+            "sha256": hashlib.sha256(b"x").hexdigest(),
+            "size_bytes": 1,
+            "mime_type": "application/pdf",
+        }
+        return add_revision(uow, world.document_id, **{**described, part: value})
+
+    def read_back(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+        return getattr(uow.revisions.get(result.id), part), value
+
+    return call, read_back
+
+
+def _value_read_back(kind: FieldType) -> ReadBack:
+    def read_back(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
+        field_ = world.field_of(kind)
+        stored = uow.metadata.values_of(world.document_id)[field_.id]
+        return stored, _expected_value(field_, value)
+
+    return read_back
+
+
+def _expected_value(field_: MetadataField, value: Any) -> object:
+    if field_.field_type is FieldType.DECIMAL:
+        return Decimal(value)
+    if field_.field_type is FieldType.SELECT:
+        return _option_id(field_, value)
+    if field_.field_type is FieldType.MULTI_SELECT:
+        return frozenset(_option_id(field_, item) for item in value)
+    return value
+
+
+def _option_id(field_: MetadataField, value: Any) -> uuid.UUID:
+    for option in field_.options:
+        named = isinstance(value, str) and option.value.casefold() == value.casefold()
+        if option.id == value or named:
+            return option.id
+    raise AssertionError(f"{value!r} names no option of {field_.name!r}")
+
+
+def _option_choices(kind: FieldType) -> st.SearchStrategy[Any]:
+    names = st.sampled_from(["Red", "green", "GREEN", "red ", "Blue"])
+    if kind is FieldType.SELECT:
+        return st.one_of(names, names, ANYTHING)
+    return st.one_of(st.lists(names, min_size=1, max_size=3), st.lists(ANYTHING, max_size=2))
+
+
+VALUES: dict[FieldType, st.SearchStrategy[Any]] = {
+    FieldType.STRING: st.one_of(TEXT, ANYTHING),
+    FieldType.TEXT: st.one_of(TEXT, ANYTHING),
+    FieldType.INT: st.one_of(
+        st.integers(-(2**63) - 1, 2**63), st.sampled_from([-(2**63), 2**63 - 1]), ANYTHING
+    ),
+    FieldType.DECIMAL: st.one_of(
+        st.decimals(allow_nan=True, allow_infinity=True), st.integers().map(str), ANYTHING
+    ),
+    FieldType.DATE: st.one_of(st.dates(), st.datetimes(), ANYTHING),
+    FieldType.BOOL: st.one_of(st.booleans(), st.booleans(), ANYTHING),
+    FieldType.URL: URLS,
+    FieldType.SELECT: _option_choices(FieldType.SELECT),
+    FieldType.MULTI_SELECT: _option_choices(FieldType.MULTI_SELECT),
+}
+
+
+def _set_value(kind: FieldType) -> Call:
+    def call(uow: UnitOfWork, world: World, value: Any) -> object:
+        return set_value(uow, world.document_id, world.field_of(kind).id, value)
+
+    return call
+
+
+def _search(query: Callable[[Any], DocumentQuery]) -> Call:
+    return lambda uow, world, value: search_documents(uow, query(value))
+
+
+ENTRY_POINTS: list[EntryPoint] = [
+    # documents
+    EntryPoint(
+        "documents.add(title)",
+        TEXT,
+        lambda uow, world, value: uow.documents.add(title=value),
+        _title,
+        NAMED,
+    ),
+    EntryPoint(
+        "documents.rename(title)",
+        TEXT,
+        lambda uow, world, value: uow.documents.rename(
+            world.document_id, title=value, version=world.document_version
+        ),
+        _title,
+        NAMED,
+    ),
+    EntryPoint(
+        "documents.rename(version)",
+        lambda world: st.one_of(
+            st.just(world.document_version),
+            st.integers(-1, 3),
+            st.sampled_from([2**31 - 1, 2**31, 2**63]),
+            ANYTHING,
+        ),
+        lambda uow, world, value: uow.documents.rename(
+            world.document_id, title="Renamed.pdf", version=value
+        ),
+        lambda uow, world, value, result: (uow.documents.get(result.id).version, value + 1),
+        (ValidationError, ConcurrentUpdate),
+    ),
+    EntryPoint(
+        "create_document(title)",
+        TEXT,
+        lambda uow, world, value: create_document(uow, title=value),
+        _title,
+        NAMED,
+    ),
+    EntryPoint(
+        "create_document(tag_ids)",
+        lambda world: ids_of(world.tag_id),
+        lambda uow, world, value: create_document(uow, title="Tagged.pdf", tag_ids=value),
+        lambda uow, world, value, result: (
+            {tag.id for tag in uow.tags.tags_of(result.id)},
+            {value} if isinstance(value, uuid.UUID) else set(value),
+        ),
+        LOOKED_UP,
+    ),
+    EntryPoint(
+        "documents.get(document_id)",
+        lambda world: ids_of(world.document_id),
+        lambda uow, world, value: uow.documents.get(value),
+        refusals=LOOKED_UP,
+    ),
+    EntryPoint(
+        "documents.get(include_deleted)",
+        st.one_of(st.booleans(), ANYTHING),
+        lambda uow, world, value: uow.documents.get(world.document_id, include_deleted=value),
+    ),
+    EntryPoint(
+        "documents.move(folder_id)",
+        lambda world: st.one_of(st.none(), ids_of(world.folder_id)),
+        lambda uow, world, value: uow.documents.move(
+            world.document_id, folder_id=value, version=world.document_version
+        ),
+        lambda uow, world, value, result: (uow.documents.get(result.id).folder_id, value),
+        LOOKED_UP,
+    ),
+    EntryPoint(
+        "documents.with_any_tag(tag_ids)",
+        lambda world: ids_of(world.tag_id),
+        lambda uow, world, value: uow.documents.with_any_tag(value),
+    ),
+    # folders
+    EntryPoint(
+        "folders.add(name)",
+        TEXT,
+        lambda uow, world, value: uow.folders.add(name=value),
+        _folder_name,
+        NAMED,
+    ),
+    EntryPoint(
+        "folders.rename(name)",
+        TEXT,
+        lambda uow, world, value: uow.folders.rename(world.folder_id, name=value),
+        _folder_name,
+        NAMED,
+    ),
+    EntryPoint(
+        "folders.add(parent_id)",
+        lambda world: st.one_of(st.none(), ids_of(world.folder_id)),
+        lambda uow, world, value: uow.folders.add(name="Child", parent_id=value),
+        lambda uow, world, value, result: (uow.folders.get(result.id).parent_id, value),
+        LOOKED_UP,
+    ),
+    EntryPoint(
+        "folders.path(folder_id)",
+        lambda world: ids_of(world.folder_id),
+        lambda uow, world, value: uow.folders.path(value),
+        refusals=LOOKED_UP,
+    ),
+    # tags
+    EntryPoint(
+        "tags.add(name)", TEXT, lambda uow, world, value: uow.tags.add(name=value), _tag_name, NAMED
+    ),
+    EntryPoint(
+        "tags.rename(name)",
+        TEXT,
+        lambda uow, world, value: uow.tags.rename(world.tag_id, name=value),
+        _tag_name,
+        NAMED,
+    ),
+    EntryPoint(
+        "tags.get_by_name(name)",
+        ANYTHING,
+        lambda uow, world, value: uow.tags.get_by_name(value),
+        refusals=LOOKED_UP,
+    ),
+    EntryPoint(
+        "tag_documents(document_ids)",
+        lambda world: ids_of(world.document_id),
+        lambda uow, world, value: tag_documents(uow, value, [world.tag_id]),
+        lambda uow, world, value, result: (
+            {d.id for d in uow.documents.with_any_tag([world.tag_id])},
+            {value} if isinstance(value, uuid.UUID) else set(value),
+        ),
+        LOOKED_UP,
+    ),
+    # metadata fields and options
+    EntryPoint(
+        "define_field(name)",
+        TEXT,
+        lambda uow, world, value: define_field(uow, name=value, field_type="string"),
+        _field_name,
+        NAMED,
+    ),
+    EntryPoint(
+        "define_field(field_type)",
+        st.one_of(
+            st.sampled_from(FieldType),
+            st.sampled_from([kind.value for kind in FieldType]),
+            st.sampled_from([kind.value.upper() + " " for kind in FieldType]),
+            ANYTHING,
+        ),
+        lambda uow, world, value: define_field(uow, name="Typed", field_type=value),
+        lambda uow, world, value, result: (
+            uow.metadata.get_field(result.id).field_type,
+            FieldType(value),
+        ),
+    ),
+    EntryPoint(
+        "define_field(required)",
+        st.one_of(st.booleans(), ANYTHING),
+        lambda uow, world, value: define_field(
+            uow, name="Required", field_type="string", required=value, default="x"
+        ),
+        lambda uow, world, value, result: (uow.metadata.get_field(result.id).required, value),
+    ),
+    EntryPoint(
+        "define_field(options)",
+        st.one_of(st.lists(TEXT, max_size=2), ANYTHING),
+        lambda uow, world, value: define_field(
+            uow, name="Choice", field_type="multi_select", options=value
+        ),
+        _only_option,
+        NAMED,
+    ),
+    EntryPoint(
+        "metadata.rename_field(name)",
+        TEXT,
+        lambda uow, world, value: uow.metadata.rename_field(
+            world.field_of(FieldType.INT).id, name=value
+        ),
+        _field_name,
+        NAMED,
+    ),
+    EntryPoint(
+        "metadata.get_field_by_name(name)",
+        ANYTHING,
+        lambda uow, world, value: uow.metadata.get_field_by_name(value),
+        refusals=LOOKED_UP,
+    ),
+    EntryPoint(
+        "metadata.add_option(value)",
+        TEXT,
+        lambda uow, world, value: uow.metadata.add_option(
+            world.field_of(FieldType.SELECT).id, value
+        ),
+        _option,
+        NAMED,
+    ),
+    EntryPoint(
+        "metadata.rename_option(value)",
+        TEXT,
+        lambda uow, world, value: uow.metadata.rename_option(
+            world.field_of(FieldType.SELECT).options[0].id, value=value
+        ),
+        _option,
+        NAMED,
+    ),
+    EntryPoint(
+        "metadata.get_fields(field_ids)",
+        lambda world: ids_of(*(field.id for field in world.fields.values())),
+        lambda uow, world, value: uow.metadata.get_fields(value),
+        refusals=LOOKED_UP,
+    ),
+    # metadata values, one entry point per type
+    *(
+        EntryPoint(
+            f"set_value({kind.value})",
+            VALUES[kind],
+            _set_value(kind),
+            _value_read_back(kind),
+        )
+        for kind in FieldType
+    ),
+    # revisions
+    EntryPoint("add_revision(storage_key)", TEXT, *_add_revision("storage_key"), NAMED),
+    EntryPoint("add_revision(sha256)", DIGESTS, *_add_revision("sha256")),
+    EntryPoint(
+        "add_revision(size_bytes)",
+        st.one_of(st.integers(-1, 2**63), st.sampled_from([0, 2**63 - 1]), ANYTHING),
+        *_add_revision("size_bytes"),
+    ),
+    EntryPoint("add_revision(mime_type)", MIME_TYPES, *_add_revision("mime_type")),
+    EntryPoint(
+        "revisions.find_by_sha256(sha256)",
+        st.one_of(DIGESTS, ANYTHING),
+        lambda uow, world, value: uow.revisions.find_by_sha256(value),
+    ),
+    EntryPoint(
+        "revisions.current(document_id)",
+        lambda world: ids_of(world.document_id),
+        lambda uow, world, value: uow.revisions.current(value),
+    ),
+    # search
+    EntryPoint(
+        "search_documents(title_contains)",
+        ANYTHING,
+        _search(lambda value: DocumentQuery(title_contains=value)),
+    ),
+    EntryPoint(
+        "search_documents(folder_id)",
+        lambda world: st.one_of(st.none(), ids_of(world.folder_id)),
+        _search(lambda value: DocumentQuery(folder_id=value)),
+    ),
+    EntryPoint(
+        "search_documents(tags_all)",
+        lambda world: st.one_of(
+            st.frozensets(st.sampled_from([world.tag_id, uuid.uuid4()]), max_size=2),
+            ids_of(world.tag_id),
+        ),
+        _search(lambda value: DocumentQuery(tags_all=value)),
+    ),
+    EntryPoint(
+        "search_documents(metadata equals)",
+        st.tuples(st.sampled_from(list(FieldType)), ANYTHING),
+        lambda uow, world, value: search_documents(
+            uow,
+            DocumentQuery(
+                metadata=(MetadataFilter(field_id=world.field_of(value[0]).id, equals=value[1]),)
+            ),
+        ),
+        refusals=LOOKED_UP,
+    ),
+    EntryPoint(
+        "search_documents(limit)",
+        st.one_of(st.integers(-1, 1001), st.sampled_from([1, 1000]), ANYTHING),
+        lambda uow, world, value: search_documents(uow, DocumentQuery(), limit=value),
+    ),
+    EntryPoint(
+        "search_documents(after=Cursor.decode(token))",
+        st.one_of(
+            st.tuples(TEXT, st.uuids()).map(
+                lambda pair: Cursor(title_key=pair[0], id=pair[1]).encode()
+            ),
+            ANYTHING,
+        ),
+        lambda uow, world, value: search_documents(
+            uow, DocumentQuery(), after=Cursor.decode(value)
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS, ids=[entry.name for entry in ENTRY_POINTS])
+@settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    # Each example opens a unit of work on a busy shared server: slow is expected there.
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_a_value_is_stored_intact_or_refused_with_nothing_changed(
+    engine: Engine, world: World, entry: EntryPoint, data: st.DataObject
+) -> None:
+    values = entry.values(world) if callable(entry.values) else entry.values
+    run(engine, world, entry, data.draw(values, label="value"))
+
+
+_ONE = uuid.UUID(int=1)
+#: Values known to reach the driver (raw psycopg or Python errors) before they were checked.
+KNOWN_HOSTILE: list[tuple[str, object]] = [
+    *(
+        (entry, text)
+        for entry in (
+            "documents.add(title)",
+            "documents.rename(title)",
+            "create_document(title)",
+            "folders.add(name)",
+            "folders.rename(name)",
+            "tags.add(name)",
+            "tags.rename(name)",
+            "define_field(name)",
+            "metadata.rename_field(name)",
+            "metadata.add_option(value)",
+            "metadata.rename_option(value)",
+            "set_value(string)",
+            "set_value(text)",
+            "add_revision(storage_key)",
+            "tags.get_by_name(name)",
+            "metadata.get_field_by_name(name)",
+            "search_documents(title_contains)",
+        )
+        for text in ("a\x00b", "a\ud800b", "\udfff")
+    ),
+    ("define_field(options)", ["a\x00"]),
+    ("define_field(options)", ["\ud800"]),
+    ("set_value(url)", "https://example.org/\x00"),
+    ("set_value(url)", "https://example.org/\ud800"),
+    ("add_revision(mime_type)", "text/plain\x00"),
+    ("add_revision(mime_type)", "text/plain; name=\ud800"),
+    ("documents.get(document_id)", str(_ONE)),
+    ("documents.get(document_id)", 1),
+    ("folders.path(folder_id)", str(_ONE)),
+    ("revisions.current(document_id)", str(_ONE)),
+    ("create_document(tag_ids)", [str(_ONE)]),
+    ("tag_documents(document_ids)", "not a list of ids"),
+    ("documents.rename(version)", 2**31),
+    ("documents.rename(version)", "1"),
+    ("revisions.find_by_sha256(sha256)", None),
+    ("search_documents(after=Cursor.decode(token))", 42),
+    (
+        "search_documents(after=Cursor.decode(token))",
+        Cursor(title_key="\x00", id=uuid.UUID(int=1)).encode(),
+    ),
+]
+_BY_NAME = {entry.name: entry for entry in ENTRY_POINTS}
+
+
+@pytest.mark.parametrize(("name", "value"), KNOWN_HOSTILE)
+def test_known_hostile_values_are_refused_before_they_reach_sql(
+    engine: Engine, world: World, name: str, value: object
+) -> None:
+    run(engine, world, _BY_NAME[name], value, refused=True)
+
+
+# --- outside a unit of work: the unit of work itself, tenants, users --------------------------
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
+@given(data=st.data())
+def test_a_unit_of_work_of_any_tenant_name_refuses_or_works(
+    engine: Engine, world: World, data: st.DataObject
+) -> None:
+    slugs = st.from_regex(r"[a-z][a-z0-9_]{0,39}", fullmatch=True)
+    tenant = data.draw(st.one_of(st.just(world.tenant), TEXT, NOT_TEXT, slugs), label="tenant")
+    with sent_parameters(engine) as sent:
+        try:
+            uow = UnitOfWork(engine, tenant=tenant)
+        except InvalidTenantName:
+            assert sent == []
+            outcome("UnitOfWork(tenant)", "refused (InvalidTenantName) before any SQL")
+            return
+        with uow:
+            try:
+                tags = uow.tags.all()
+            except TenantNotFound:
+                outcome("UnitOfWork(tenant)", "refused (TenantNotFound) on first use")
+                return
+    assert tenant == world.tenant or tags == []
+    outcome("UnitOfWork(tenant)", "accepted")
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
+@given(data=st.data())
+def test_a_unit_of_work_of_any_user_refuses_or_records_that_user(
+    engine: Engine, world: World, data: st.DataObject
+) -> None:
+    user_id = data.draw(st.one_of(st.none(), ids_of(world.user)), label="user_id")
+    try:
+        uow = UnitOfWork(engine, tenant=world.tenant, user_id=user_id)
+    except ValidationError:
+        outcome("UnitOfWork(user_id)", "refused (ValidationError) before any SQL")
+        return
+    with uow:
+        try:
+            tag = uow.tags.add(name="by whom")
+        except (ValidationError, NotFound) as refusal:  # no user, or an unknown one
+            assert snapshot(uow.connection) == world.snapshot
+            outcome("UnitOfWork(user_id)", f"refused ({type(refusal).__name__}) on first write")
+            return
+        assert uow.tags.get(tag.id).created_by == user_id
+    outcome("UnitOfWork(user_id)", "accepted intact")
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
+@given(name=st.one_of(TEXT, NOT_TEXT))
+def test_tenant_functions_refuse_a_bad_name_before_any_sql(
+    engine: Engine, world: World, name: Any
+) -> None:
+    """Names off the pattern only: a valid one would really create or drop a tenant."""
+    try:
+        tenancy.validate_slug(name)
+    except InvalidTenantName:
+        pass
+    else:
+        outcome("create/drop/get_tenant", "skipped (a valid name)")
+        return
+    with sent_parameters(engine) as sent, engine.connect() as conn:
+        with pytest.raises(InvalidTenantName):
+            tenancy.create_tenant(engine, name)
+        with pytest.raises(InvalidTenantName):
+            tenancy.drop_tenant(engine, name)
+        with pytest.raises(InvalidTenantName):
+            tenancy.get_tenant(conn, name)
+    assert sent == []
+    outcome("create/drop/get_tenant", "refused (InvalidTenantName) before any SQL")
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
+@given(email=ANYTHING, display_name=ANYTHING)
+def test_create_user_stores_intact_or_refuses_with_nothing_changed(
+    engine: Engine, world: World, email: Any, display_name: Any
+) -> None:
+    users = users_stand_in("public")
+    with engine.connect() as conn, conn.begin():
+        before = conn.execute(sa.select(sa.func.count()).select_from(users)).scalar_one()
+        try:
+            with sent_parameters(engine) as sent:
+                user = create_user(conn, email=email, display_name=display_name)
+        except ValidationError:
+            assert not [p for p in sent if carries(p, email) or carries(p, display_name)]
+            after = conn.execute(sa.select(sa.func.count()).select_from(users)).scalar_one()
+            assert after == before
+            outcome("create_user", "refused (ValidationError) before any SQL")
+            return
+        stored = conn.execute(
+            sa.select(users.c.email, users.c.display_name).where(users.c.id == user)
+        ).one()
+        # create_user finds an existing user by e-mail: its name is the one stored first.
+        assert stored.email == email
+        outcome("create_user", "accepted intact")
+
+
+def test_the_snapshot_sees_a_change(engine: Engine, world: World) -> None:
+    """Control: a write that is not rolled back is seen by the snapshot."""
+    with UnitOfWork(engine, tenant=world.tenant, user_id=world.user) as uow:
+        uow.tags.add(name="seen")
+        assert snapshot(uow.connection) != world.snapshot
+
+
+def test_the_parameter_check_sees_a_value_that_reached_sql(engine: Engine, world: World) -> None:
+    """Control: a value sent to the server is found among the parameters."""
+    with (
+        UnitOfWork(engine, tenant=world.tenant) as uow,
+        sent_parameters(engine) as sent,
+        pytest.raises(NotFound),
+    ):
+        uow.tags.get_by_name("a needle in")
+    assert [p for p in sent if carries(p, "needle")] != []
+
+
+def test_timestamps_given_to_repositories_must_be_aware(engine: Engine, world: World) -> None:
+    naive = datetime(2026, 1, 1)  # no tzinfo: the point of the test
+    with UnitOfWork(engine, tenant=world.tenant) as uow:
+        with pytest.raises(ValidationError, match="timezone-aware"):
+            uow.documents.soft_delete_in_folders([world.folder_id], naive)
+        assert uow.documents.restore_in_folders([], datetime.now(timezone.utc)) == 0
+        assert snapshot(uow.connection) == world.snapshot
