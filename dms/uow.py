@@ -29,8 +29,8 @@ from sqlalchemy.engine import Connection, Engine, Transaction
 
 from dms import tenancy
 from dms.config import Settings, settings_of
-from dms.domain.validation import check_optional_id
-from dms.errors import DmsError
+from dms.domain.validation import check_optional_id, shown
+from dms.errors import ConfigurationError, DmsError
 from dms.repositories import (
     DocumentRepository,
     FolderRepository,
@@ -62,6 +62,8 @@ class UnitOfWork:
         """
         self.tenant = tenancy.validate_slug(tenant)
         self.user_id = check_optional_id("user", user_id)
+        if settings is not None and not isinstance(settings, Settings):
+            raise ConfigurationError(f"settings must be a dms.Settings, not {shown(settings)}")
         self._engine = engine
         self._settings = settings if settings is not None else settings_of(engine)
         self._conn: Connection | None = None

@@ -259,7 +259,7 @@ class DocumentRepository(Repository):
         check_cursor(after)
         statement = (
             sa.select(*COLUMNS, _TITLE_KEY.label("title_key"))
-            .where(_d.c.deleted_at.is_(None), *_conditions(query, fields or {}))
+            .where(_d.c.deleted_at.is_(None), *_conditions(query, {} if fields is None else fields))
             .order_by(_TITLE_KEY, _d.c.id)
             .limit(limit + 1)
         )
@@ -349,14 +349,18 @@ def _conditions(
     if query.title_contains is not None:
         found.append(_title_contains(query.title_contains))
     for wanted in query.metadata:
-        field = fields.get(wanted.field_id)
-        if field is None:
-            raise ValidationError(
-                f"the metadata filter on field {wanted.field_id} needs that field: pass it in "
-                "fields (dms.services.search_documents does)"
-            )
-        found.append(metadata.value_matches(_d.c.id, field, wanted))
+        found.append(metadata.value_matches(_d.c.id, _field_of(wanted.field_id, fields), wanted))
     return found
+
+
+def _field_of(field_id: uuid.UUID, fields: object) -> MetadataField:
+    field = fields.get(field_id) if isinstance(fields, Mapping) else None
+    if not isinstance(field, MetadataField) or field.id != field_id:
+        raise ValidationError(
+            f"the metadata filter on field {field_id} needs that field: pass it in fields "
+            "(dms.services.search_documents does)"
+        )
+    return field
 
 
 def _in_folder(folder_id: uuid.UUID, *, subfolders: bool) -> sa.ColumnElement[bool]:

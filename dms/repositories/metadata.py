@@ -295,6 +295,8 @@ class MetadataRepository(Repository):
         each get a value (the parent of ``document_metadata``). Which documents, and when, is
         the rule of :func:`dms.services.define_field`.
         """
+        if not isinstance(field, MetadataField):
+            raise ValidationError(f"a backfill needs a MetadataField, not {shown(field)}")
         if field.default is None:
             raise ValidationError(f"metadata field {field.name!r} has no default to fill in")
         columns = [_v.c.document_id, _v.c.field_id, _v.c.field_type]

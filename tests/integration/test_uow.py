@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.config import Settings, with_settings
 from dms.domain import DocumentQuery
-from dms.errors import AlreadyExists, DmsError, NotFound, ValidationError
+from dms.errors import AlreadyExists, ConfigurationError, DmsError, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.schema.tenant import USERS_SCHEMA
 from dms.services import add_revision, create_document, define_field, tag_documents
@@ -203,3 +203,11 @@ def test_routes_users_by_the_settings_its_engine_carries(
     with UnitOfWork(carrying, tenant=tenant) as uow:
         routing = uow.connection.get_execution_options()["schema_translate_map"]
     assert routing[USERS_SCHEMA] == "iam"
+
+
+@pytest.mark.parametrize("settings", ["iam", {"users_schema": "iam"}, 5])
+def test_settings_of_another_type_are_refused(
+    engine: Engine, tenant: str, settings: object
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"dms\.Settings"):
+        UnitOfWork(engine, tenant=tenant, settings=settings)  # type: ignore[arg-type]
