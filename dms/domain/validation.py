@@ -37,6 +37,10 @@ STRING_MAX_CHARS = 1000
 TEXT_MAX_CHARS = 100_000
 URL_MAX_CHARS = 2000
 
+#: Longest metadata field name and option (the database's CHECKs say the same).
+FIELD_NAME_MAX_CHARS = 100
+OPTION_MAX_CHARS = 200
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MIME_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*.*")
 _URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
@@ -139,6 +143,42 @@ def check_name(kind: str, name: object, *, max_chars: int, slash_allowed: bool =
     if not slash_allowed and "/" in name:
         raise ValidationError(f"{kind} name {name!r} must not contain '/'")
     return name
+
+
+def check_field_type(value: object) -> FieldType:
+    """Return ``value`` as a :class:`FieldType` (a member or its value), else raise."""
+    if isinstance(value, str):
+        try:
+            return FieldType(value)
+        except ValueError:
+            pass
+    known = ", ".join(member.value for member in FieldType)
+    raise ValidationError(f"unknown field type {shown(value)}; known: {known}")
+
+
+def check_options(kind: FieldType, name: str, options: object) -> list[str]:
+    """Return ``options`` as a list if a field of type ``kind`` called ``name`` may have them."""
+    if isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
+        raise ValidationError(f"options must be a sequence of strings, not {shown(options)}")
+    choices = list(options)
+    if choices and not kind.has_options:
+        raise ValidationError(f"metadata field {name!r} ({kind.value}) cannot have options")
+    for value in choices:
+        check_name("option", value, max_chars=OPTION_MAX_CHARS)
+    return choices
+
+
+def check_field_definition(
+    *, name: object, field_type: object, required: object, options: object
+) -> tuple[FieldType, list[str]]:
+    """Check a metadata field's definition; return its type and its options as a list.
+
+    The default is checked later, against the field's options, which need their ids.
+    """
+    kind = check_field_type(field_type)
+    check_name("metadata field", name, max_chars=FIELD_NAME_MAX_CHARS)
+    check_flag("required", required)
+    return kind, check_options(kind, str(name), options)
 
 
 def check_revision(

@@ -14,7 +14,7 @@ its condition from :func:`value_matches`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,10 +23,13 @@ from sqlalchemy.engine import Row
 
 from dms.domain import FieldOption, FieldType, MetadataField, MetadataFilter, MetadataValue
 from dms.domain.validation import (
-    check_flag,
+    FIELD_NAME_MAX_CHARS,
+    OPTION_MAX_CHARS,
+    check_field_definition,
     check_id,
     check_ids,
     check_name,
+    check_options,
     check_range_bound,
     check_text,
     check_value,
@@ -40,9 +43,6 @@ from dms.schema import tenant as t
 from . import _rows
 from ._base import Repository
 from .errors import translated
-
-FIELD_NAME_MAX_CHARS = 100
-OPTION_MAX_CHARS = 200
 
 _f = t.metadata_fields
 _o = t.metadata_field_options
@@ -59,17 +59,6 @@ def option(row: Row[Any]) -> FieldOption:
 def value_column(field_type: FieldType) -> sa.Column[Any]:
     """Return the column of ``document_metadata`` that holds values of ``field_type``."""
     return _v.c[t.VALUE_COLUMNS[field_type.value]]
-
-
-def field_type_of(value: object) -> FieldType:
-    """Return ``value`` as a :class:`FieldType`, or raise :class:`ValidationError`."""
-    if isinstance(value, str):
-        try:
-            return FieldType(value)
-        except ValueError:
-            pass
-    known = ", ".join(member.value for member in FieldType)
-    raise ValidationError(f"unknown field type {shown(value)}; known: {known}")
 
 
 def value_matches(
@@ -118,18 +107,17 @@ class MetadataRepository(Repository):
         field_type: FieldType | str,
         required: bool = False,
         default: object = None,
-        options: Sequence[str] = (),
+        options: Iterable[str] = (),
     ) -> MetadataField:
-        """Store a field definition; ``options`` for select types, in display order.
+        """Store a field definition; ``options`` (any iterable) for select types, in order.
 
         Nothing is written if any check fails. This stores the definition only: a required
         field's promise that every document has a value is kept by
         :func:`dms.services.define_field`, the use case to call.
         """
-        kind = field_type_of(field_type)
-        check_name("metadata field", name, max_chars=FIELD_NAME_MAX_CHARS)
-        check_flag("required", required)
-        choices = _check_options(kind, name, options)
+        kind, choices = check_field_definition(
+            name=name, field_type=field_type, required=required, options=options
+        )
         # One savepoint: options refused by the database (two equal ignoring case) take the
         # field with them.
         with self._conn.begin_nested():
@@ -182,7 +170,7 @@ class MetadataRepository(Repository):
     def add_option(self, field_id: uuid.UUID, value: str) -> FieldOption:
         """Add an option at the end of a select or multi-select field's list."""
         field = self.get_field(field_id)
-        _check_options(field.field_type, field.name, [value])
+        check_options(field.field_type, field.name, [value])
         position = max((each.position for each in field.options), default=-1) + 1
         with translated(self._conn, f"option {value!r} of field {field.name!r}"):
             row = self._execute(
@@ -431,17 +419,6 @@ def _field(row: Any, options: tuple[FieldOption, ...]) -> MetadataField:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
-
-
-def _check_options(kind: FieldType, name: str, options: object) -> list[str]:
-    if isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
-        raise ValidationError(f"options must be a sequence of strings, not {shown(options)}")
-    choices = list(options)
-    if choices and not kind.has_options:
-        raise ValidationError(f"metadata field {name!r} ({kind.value}) cannot have options")
-    for value in choices:
-        check_name("option", value, max_chars=OPTION_MAX_CHARS)
-    return choices
 
 
 def _found_option(row: Any, option_id: uuid.UUID) -> FieldOption:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 from dms.domain import FieldType, MetadataField, MetadataValue
-from dms.domain.validation import check_flag
+from dms.domain.validation import check_field_definition
 from dms.errors import ValidationError
 from dms.uow import UnitOfWork
 
@@ -18,7 +18,7 @@ def define_field(
     field_type: FieldType | str,
     required: bool = False,
     default: object = None,
-    options: Sequence[str] = (),
+    options: Iterable[str] = (),
 ) -> MetadataField:
     """Define a metadata field; ``options`` for select types, in display order.
 
@@ -30,19 +30,23 @@ def define_field(
     work ends (see :meth:`.DocumentRepository.hold_off_writes`): a document created
     meanwhile either commits first and is backfilled, or waits and then sees the field.
     """
-    if check_flag("required", required):
+    kind, choices = check_field_definition(
+        name=name, field_type=field_type, required=required, options=options
+    )
+    if required:
         # Before any read of documents, so that the backfill's snapshot is taken after every
         # concurrent document insert has committed (READ COMMITTED: a snapshot per statement).
         uow.documents.hold_off_writes()
-    if required and default is None and uow.documents.any_exist():
+    backfilled = required and uow.documents.any_exist()
+    if backfilled and default is None:
         raise ValidationError(
             f"required metadata field {name!r} needs a default: the tenant already has documents"
         )
     with uow.savepoint():
         field = uow.metadata.add_field(
-            name=name, field_type=field_type, required=required, default=default, options=options
+            name=name, field_type=kind, required=required, default=default, options=choices
         )
-        if required and field.default is not None:
+        if backfilled:
             uow.metadata.backfill(field)
     return field
 

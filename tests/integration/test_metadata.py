@@ -316,3 +316,15 @@ def test_create_document_returns_the_version_to_update_with(uow: UnitOfWork) -> 
         assert doc == uow.documents.get(doc.id)
         renamed = uow.documents.rename(doc.id, title="B.pdf", version=doc.version)
         assert renamed.version == doc.version + 1
+
+
+def test_a_generator_of_options_is_read_once(uow: UnitOfWork) -> None:
+    with uow:
+        field = define_field(
+            uow, name="Size", field_type="select", options=(size for size in ("S", "M", "L"))
+        )
+        assert [option.value for option in uow.metadata.get_field(field.id).options] == [
+            "S",
+            "M",
+            "L",
+        ]

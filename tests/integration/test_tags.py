@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
-from dms.services import tag_documents, untag_documents
+from dms.services import create_document, tag_documents, untag_documents
 from dms.uow import UnitOfWork
 
 
@@ -102,3 +102,13 @@ def test_tag_and_untag_bump_the_version_of_changed_documents(uow: UnitOfWork) ->
         assert uow.documents.get(read.id).version == tagged.version + 1
         assert uow.documents.get(other.id).version == other.version
         assert uow.documents.get(read.id).title == "a.pdf"
+
+
+def test_generators_of_ids_are_read_once(uow: UnitOfWork) -> None:
+    with uow:
+        red = uow.tags.add(name="red")
+        doc = create_document(uow, title="a.pdf", tag_ids=(tag.id for tag in [red]))
+        assert [tag.name for tag in uow.tags.tags_of(doc.id)] == ["red"]
+        assert untag_documents(uow, (d for d in [doc.id]), (t for t in [red.id])) == 1
+        assert tag_documents(uow, (d for d in [doc.id]), (t for t in [red.id])) == 1
+        assert uow.documents.get(doc.id).version == doc.version + 2
