@@ -29,6 +29,8 @@ def create_document(
     tags = check_ids("tag", tag_ids)
     given = _checked_mapping(metadata)
     with uow.savepoint():
+        # The insert first: it waits for a required field being defined concurrently
+        # (define_field holds off document writes), so the fields read after it include that one.
         document = uow.documents.add(title=title, folder_id=folder_id)
         uow.tags.link([document.id], tags)
         defaults = {f.id: f.default for f in uow.metadata.list_fields() if f.default is not None}
