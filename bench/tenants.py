@@ -24,7 +24,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning
 from dms.db import database_url
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
@@ -37,7 +37,7 @@ def _create_tenants(engine: sa.Engine, count: int) -> list[float]:
     for _ in range(count):
         slug = f"b{uuid.uuid4().hex[:10]}"
         started = time.perf_counter()
-        tenancy.create_tenant(engine, slug)
+        provisioning.create_tenant(engine, slug)
         timings.append(time.perf_counter() - started)
     return timings
 

@@ -26,6 +26,8 @@ from dms.errors import (
     ConcurrentUpdate,
     ConfigurationError,
     DmsError,
+    FleetInterrupted,
+    FleetStopped,
     InvalidTenantName,
     InvariantViolation,
     LeaseLost,
@@ -40,7 +42,8 @@ from dms.errors import (
 )
 from dms.jobs import Job, JobState, Worker
 from dms.migrations import downgrade, fleet_status, upgrade
-from dms.tenancy import Tenant, create_tenant, drop_tenant, list_tenants
+from dms.provisioning import create_tenant, create_tenants, drop_tenant, drop_tenants
+from dms.tenancy import Tenant, list_tenants
 from dms.uow import UnitOfWork
 
 __all__ = [
@@ -53,6 +56,8 @@ __all__ = [
     "DocumentQuery",
     "FieldOption",
     "FieldType",
+    "FleetInterrupted",
+    "FleetStopped",
     "Folder",
     "InvalidTenantName",
     "InvariantViolation",
@@ -78,8 +83,10 @@ __all__ = [
     "Worker",
     "create_engine",
     "create_tenant",
+    "create_tenants",
     "downgrade",
     "drop_tenant",
+    "drop_tenants",
     "fleet_status",
     "list_tenants",
     "upgrade",

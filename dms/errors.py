@@ -6,17 +6,21 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── ConfigurationError          no database could be chosen or reached
     ├── InvalidTenantName (ValueError)
     ├── TenantNotFound (LookupError)
-    ├── TenantExists
     ├── MigrationError
     │   ├── NotMigrated             the shared schema's tables are not there yet
     │   ├── UsersTableMissing       the IAM's users table is not there
     │   └── MigrationFailed         some tenants failed; carries the report
+    ├── FleetStopped                a fleet operation stopped early (server gone, worker died)
     ├── ValidationError (ValueError) bad input caught before any SQL runs
     ├── NotFound (LookupError)      a referenced row does not exist
     ├── AlreadyExists               a unique key is taken
+    │   └── TenantExists            a tenant of that name is registered
     ├── InvariantViolation          the database refused a row (CHECK, trigger)
     ├── ConcurrentUpdate            optimistic-concurrency version was stale
     └── LeaseLost                   a job's lease passed to another worker
+
+Not an error, so outside the tree: :class:`FleetInterrupted` is the ``KeyboardInterrupt`` of a
+fleet operation stopped by Ctrl-C (or SIGTERM), carrying the report of how far it got.
 
 Database errors are translated once, by SQLSTATE, in :mod:`dms.repositories.errors`;
 messages are never parsed.
@@ -26,6 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dms.fleet.report import FleetReport
 
 
 class DmsError(Exception):
@@ -42,10 +50,6 @@ class InvalidTenantName(DmsError, ValueError):
 
 class TenantNotFound(DmsError, LookupError):
     """No tenant with this key is registered."""
-
-
-class TenantExists(DmsError):
-    """A tenant with this key is already registered."""
 
 
 class MigrationError(DmsError):
@@ -84,11 +88,40 @@ class TenantFailure:
 class MigrationFailed(MigrationError):
     """Some schemas failed to migrate; each was rolled back alone and the others went on."""
 
-    def __init__(self, failures: Sequence[TenantFailure]) -> None:
-        """Keep the per-tenant report and summarise it in the message."""
+    def __init__(
+        self, failures: Sequence[TenantFailure], report: FleetReport | None = None
+    ) -> None:
+        """Keep the failures (and the whole run's report) and summarise them in the message."""
         self.failures = tuple(failures)
+        self.report = report
         lines = "\n".join(f"  {failure}" for failure in self.failures)
         super().__init__(f"{len(self.failures)} schema(s) failed to migrate:\n{lines}")
+
+
+class FleetStopped(DmsError):
+    """A fleet operation stopped before the end: the database went away, or a worker died.
+
+    Every tenant is either done or as it was (each is one transaction); :attr:`report` says
+    which, and running the same operation again finishes the rest.
+    """
+
+    def __init__(self, message: str, report: FleetReport) -> None:
+        """Say why and how far; keep the report."""
+        self.report = report
+        super().__init__(message)
+
+
+class FleetInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a fleet operation; :attr:`report` says how far it got.
+
+    A ``KeyboardInterrupt``, so that code catching those still does; each tenant is either
+    done or as it was, and running the same operation again finishes the rest.
+    """
+
+    def __init__(self, report: FleetReport) -> None:
+        """Keep the report of the run up to the interruption."""
+        self.report = report
+        super().__init__(f"{report.operation} interrupted")
 
 
 class ValidationError(DmsError, ValueError):
@@ -101,6 +134,10 @@ class NotFound(DmsError, LookupError):
 
 class AlreadyExists(DmsError):
     """A row with the same unique key already exists."""
+
+
+class TenantExists(AlreadyExists):
+    """A tenant with this key is already registered."""
 
 
 class InvariantViolation(DmsError):

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 from sqlalchemy.engine import Engine
 
-from dms import jobs, migrations, tenancy
+from dms import jobs, migrations, provisioning
 from dms.config import Settings, settings_of
 from dms.domain import (
     Document,
@@ -99,7 +99,7 @@ def seed(
     report = SeedReport()
     for index, slug in enumerate(SEED_TENANTS):
         with contextlib.suppress(TenantExists):
-            tenancy.create_tenant(engine, slug, settings=settings)
+            provisioning.create_tenant(engine, slug, settings=settings)
         owner = users[index % len(users)]
         with UnitOfWork(engine, tenant=slug, user_id=owner, settings=settings) as uow:
             report.inserted[slug] = {} if _seeded(uow) else _seed_tenant(uow, slug, blobs)

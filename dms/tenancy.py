@@ -1,30 +1,32 @@
-"""Tenants: names, the registry, create/drop/list, and routing a connection to a tenant.
+"""Tenants: names, the registry, and routing a connection to a tenant.
 
 A tenant ``acme`` lives in the schema ``tenant_acme``; the registry ``dms.tenants`` says which
-tenants exist. Routing is :func:`route`, which sets ``schema_translate_map`` on a connection's
-execution options: no ``SET search_path``, so a pooled connection carries nothing from one tenant
-to the next and the design works behind PgBouncer in transaction mode.
+tenants exist (its rows are written here; :mod:`dms.provisioning` creates and drops whole
+tenants, schema and all). Routing is :func:`route`, which sets ``schema_translate_map`` on a
+connection's execution options: no ``SET search_path``, so a pooled connection carries nothing
+from one tenant to the next and the design works behind PgBouncer in transaction mode.
 
-Locks on ``users``: creating a tenant adds foreign keys to the IAM's ``users`` table, which takes
-a SHARE ROW EXCLUSIVE lock on it until commit; dropping one takes ACCESS EXCLUSIVE on it while the
-foreign keys go. Both transactions do nothing else and run under ``lock_timeout``, so they either
-finish quickly or fail without queueing behind a long transaction (and everyone else behind them).
+This module is the bottom of the tenant stack: :mod:`dms.migrations` and
+:mod:`dms.provisioning` build on it, and it imports neither. A registry that is not there (the
+database was never migrated) is :class:`~dms.errors.NotMigrated`, not a driver error.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.schema import CreateSchema, DropSchema
+from sqlalchemy.exc import ProgrammingError
 
-from dms.config import SHARED_SCHEMA, Settings
-from dms.errors import InvalidTenantName, TenantExists, TenantNotFound
+from dms.config import SHARED_SCHEMA, Settings, settings_of
+from dms.errors import InvalidTenantName, NotMigrated, TenantExists, TenantNotFound
 from dms.schema.shared import TENANT_SLUG_PATTERN, tenants
 from dms.schema.tenant import USERS_SCHEMA
 
@@ -73,9 +75,8 @@ def slug_of_schema(name: str) -> str | None:
     return slug if _SLUG.fullmatch(slug) else None
 
 
-def translate_map(slug: str, settings: Settings | None = None) -> Mapping[str | None, str]:
+def translate_map(slug: str, settings: Settings) -> Mapping[str | None, str]:
     """The ``schema_translate_map`` that routes tenant tables to ``slug``'s schema."""
-    settings = settings or Settings.from_env()
     return {None: schema_name(slug), USERS_SCHEMA: settings.users_schema}
 
 
@@ -85,79 +86,83 @@ def route(conn: Connection, slug: str, settings: Settings | None = None) -> Conn
     SQLAlchemy 2 sets execution options on the connection itself, so ``conn`` stays routed
     until it is closed (returned to the pool, it carries nothing: the map is not session state).
     """
-    return conn.execution_options(schema_translate_map=translate_map(slug, settings))
+    validate_slug(slug)  # before settings_of, which may read the environment
+    routing = translate_map(slug, settings or settings_of(conn))
+    return conn.execution_options(schema_translate_map=routing)
 
 
 def set_lock_timeout(conn: Connection, settings: Settings | None = None) -> None:
     """Bound lock waits for the rest of the current transaction (``SET LOCAL`` semantics)."""
-    settings = settings or Settings.from_env()
+    settings = settings or settings_of(conn)
     conn.execute(
         sa.select(sa.func.set_config("lock_timeout", f"{settings.lock_timeout_ms}ms", True))
     )
 
 
-def create_tenant(engine: Engine, slug: str, *, settings: Settings | None = None) -> Tenant:
-    """Create tenant ``slug``: registry row, schema, every table at the head revision.
-
-    One transaction: either all of it exists afterwards, or nothing does.
-    Raises :class:`InvalidTenantName` before any SQL, :class:`TenantExists` if it is taken,
-    :class:`~dms.errors.UsersTableMissing` if the IAM's ``users`` table is not there.
-    """
-    from dms.migrations import MigrationScope, require_users_table, upgrade_schema  # noqa: PLC0415
-
-    settings = settings or Settings.from_env()
-    schema = schema_name(slug)
-    with engine.begin() as conn:
-        require_users_table(conn, settings)
-        set_lock_timeout(conn, settings)
-        row = _insert_registry_row(conn, slug, schema)
-        conn.execute(CreateSchema(schema))
-        upgrade_schema(conn, MigrationScope.tenant(schema, settings), "head")
-    return row
+# --- the registry -------------------------------------------------------------------------
 
 
-def _insert_registry_row(conn: Connection, slug: str, schema: str) -> Tenant:
-    row = conn.execute(
-        insert(tenants)
-        .values(slug=slug, schema_name=schema)
-        .on_conflict_do_nothing()
-        .returning(*tenants.c)
-    ).one_or_none()
+@contextmanager
+def _registry_errors() -> Iterator[None]:
+    """A registry that is not there means the database was never migrated."""
+    try:
+        yield
+    except ProgrammingError as exc:
+        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
+            raise NotMigrated() from exc
+        raise
+
+
+def register(conn: Connection, slug: str) -> Tenant:
+    """Add ``slug``'s registry row in ``conn``'s transaction; :class:`TenantExists` if taken."""
+    with _registry_errors():
+        row = conn.execute(
+            insert(tenants)
+            .values(slug=slug, schema_name=schema_name(slug))
+            .on_conflict_do_nothing()
+            .returning(*tenants.c)
+        ).one_or_none()
     if row is None:
         raise TenantExists(f"tenant {slug!r} already exists")
     return Tenant(**row._mapping)
 
 
-def drop_tenant(engine: Engine, slug: str, *, settings: Settings | None = None) -> None:
-    """Drop tenant ``slug``: its schema with everything in it, and its registry row.
-
-    Raises :class:`InvalidTenantName` before any SQL and :class:`TenantNotFound` if it is not
-    registered. A schema that is registered but missing is tolerated: the row goes anyway.
-    """
-    schema = schema_name(slug)
-    with engine.begin() as conn:
-        set_lock_timeout(conn, settings)
+def unregister(conn: Connection, slug: str) -> None:
+    """Delete ``slug``'s registry row in ``conn``'s transaction; :class:`TenantNotFound` if none."""
+    with _registry_errors():
         deleted = conn.execute(
-            sa.delete(tenants).where(tenants.c.slug == slug).returning(tenants.c.slug)
+            sa.delete(tenants)
+            .where(tenants.c.slug == validate_slug(slug))
+            .returning(tenants.c.slug)
         ).one_or_none()
-        if deleted is None:
-            raise TenantNotFound(f"tenant {slug!r} does not exist")
-        conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+    if deleted is None:
+        raise TenantNotFound(f"tenant {slug!r} does not exist")
 
 
 def list_tenants(conn_or_engine: Connection | Engine) -> list[Tenant]:
     """Every registered tenant, ordered by slug."""
-    query = sa.select(*tenants.c).order_by(tenants.c.slug)
     if isinstance(conn_or_engine, Engine):
         with conn_or_engine.connect() as conn:
-            return [Tenant(**row._mapping) for row in conn.execute(query)]
-    return [Tenant(**row._mapping) for row in conn_or_engine.execute(query)]
+            return list_tenants(conn)
+    query = sa.select(*tenants.c).order_by(tenants.c.slug)
+    with _registry_errors():
+        return [Tenant(**row._mapping) for row in conn_or_engine.execute(query)]
+
+
+def registered_slugs(conn: Connection, slugs: Iterable[str]) -> set[str]:
+    """Which of ``slugs`` are registered (one query)."""
+    wanted = list(slugs)
+    if not wanted:
+        return set()
+    with _registry_errors():
+        return set(conn.scalars(sa.select(tenants.c.slug).where(tenants.c.slug.in_(wanted))))
 
 
 def get_tenant(conn: Connection, slug: str) -> Tenant:
     """The registered tenant ``slug``, or :class:`TenantNotFound`."""
     validate_slug(slug)
-    row = conn.execute(sa.select(*tenants.c).where(tenants.c.slug == slug)).one_or_none()
+    with _registry_errors():
+        row = conn.execute(sa.select(*tenants.c).where(tenants.c.slug == slug)).one_or_none()
     if row is None:
         raise TenantNotFound(f"tenant {slug!r} does not exist")
     return Tenant(**row._mapping)

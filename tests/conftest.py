@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from dms import embedded, migrations, tenancy
+from dms import embedded, migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.db import normalize_url
 from dms.testing import temporary_database
@@ -75,9 +75,9 @@ def new_slug() -> str:
 def tenant(engine: Engine) -> Iterator[str]:
     """A fresh tenant at head, dropped after the test."""
     slug = new_slug()
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
     yield slug
-    tenancy.drop_tenant(engine, slug)
+    provisioning.drop_tenant(engine, slug)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from bench.jobs.common import DRAIN_CHECK_SECONDS, LATENCY_RATE_PER_SECOND, rate, timed
-from dms import jobs, migrations, tenancy
+from dms import jobs, migrations, provisioning
 from dms.jobs.tables import processing_jobs
 from dms.uow import UnitOfWork
 from dms.users import create_users_stand_in
@@ -58,7 +58,7 @@ def prepare(url: URL) -> Engine:
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     create_users_stand_in(engine)
     migrations.upgrade(engine)
-    tenancy.create_tenant(engine, TENANT)
+    provisioning.create_tenant(engine, TENANT)
     engine.dispose()
     return worker_engine(url, 8)
 

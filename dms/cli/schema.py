@@ -4,26 +4,44 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from alembic.config import CommandLine
 from alembic.util import CommandError
 
 from dms import migrations
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.errors import MigrationError
+from dms.cli.fleet import add_jobs_option, progress, run_fleet
+from dms.cli.output import add_json_flag, emit_json
+from dms.errors import MigrationError, MigrationFailed
+from dms.fleet.interrupts import sigterm_as_interrupt
+from dms.fleet.report import FleetReport, Outcome
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the migration commands to ``commands``."""
-    migrate = commands.add_parser("migrate", help="upgrade the shared schema and tenants")
-    migrate.add_argument("--tenant", help="only this tenant")
-    migrate.add_argument("--revision", default="head", help="target revision (default head)")
+    migrate = commands.add_parser("migrate", help="upgrade the shared schema, then every tenant")
+    migrate.add_argument("--tenant", help="only this tenant (its key)")
+    migrate.add_argument(
+        "--revision",
+        default="head",
+        help="target revision: head (default), an id such as 0003, or relative: +1, head-1",
+    )
+    add_jobs_option(migrate)
+    add_json_flag(migrate)
     migrate.set_defaults(run=_migrate)
-    downgrade = commands.add_parser("downgrade", help="downgrade tenants and the shared schema")
-    downgrade.add_argument("revision", help="target revision, e.g. -1 or base")
-    downgrade.add_argument("--tenant", help="only this tenant")
+    downgrade = commands.add_parser(
+        "downgrade", help="downgrade every tenant, then the shared schema"
+    )
+    downgrade.add_argument(
+        "revision", help="target revision: an id such as 0002, base, or relative: -1"
+    )
+    downgrade.add_argument("--tenant", help="only this tenant (its key)")
+    add_jobs_option(downgrade)
+    add_json_flag(downgrade)
     downgrade.set_defaults(run=_downgrade)
     status = commands.add_parser("status", help="every schema's revision; exit 1 unless all ok")
+    add_json_flag(status)
     status.set_defaults(run=_status)
     alembic = commands.add_parser(
         "alembic",
@@ -38,33 +56,79 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _migrate(ctx: Context, args: argparse.Namespace) -> int:
-    migrations.upgrade(ctx.engine, args.revision, tenant=args.tenant)
-    print(f"migrated {args.tenant or 'shared schema and every tenant'} to {args.revision}")
-    return EXIT_OK
+    return _run(ctx, args, "upgrade", args.revision)
 
 
 def _downgrade(ctx: Context, args: argparse.Namespace) -> int:
-    migrations.downgrade(ctx.engine, args.revision, tenant=args.tenant)
-    print(f"downgraded {args.tenant or 'every tenant and the shared schema'} to {args.revision}")
+    return _run(ctx, args, "downgrade", args.revision)
+
+
+def _run(ctx: Context, args: argparse.Namespace, direction: str, revision: str) -> int:
+    migrate = migrations.upgrade if direction == "upgrade" else migrations.downgrade
+    try:
+        outcome = run_fleet(
+            ctx,
+            lambda: migrate(
+                ctx.engine,
+                revision,
+                tenant=args.tenant,
+                jobs=args.jobs,
+                progress=progress("migrate" if direction == "upgrade" else "downgrade"),
+            ),
+            lambda report: _again(args, direction, report),
+            as_json=args.json,
+        )
+    except MigrationFailed as failed:
+        if not args.json or failed.report is None:
+            raise
+        emit_json(failed.report.as_json())
+        return EXIT_ERROR
+    if isinstance(outcome, int):
+        return outcome
+    if args.json:
+        emit_json(outcome.as_json())
+    else:
+        print(_done_line(args, direction, outcome))
     return EXIT_OK
 
 
+def _again(args: argparse.Namespace, direction: str, report: FleetReport) -> list[str]:
+    """The command that finishes ``report``'s run: the same, with the absolute target."""
+    target = report.target or "base"
+    again = ["migrate", "--revision", target] if direction == "upgrade" else ["downgrade", target]
+    again += [] if args.tenant is None else ["--tenant", args.tenant]
+    return again + ([] if args.jobs is None else ["--jobs", str(args.jobs)])
+
+
+def _done_line(args: argparse.Namespace, direction: str, report: FleetReport) -> str:
+    if direction == "upgrade":
+        what = args.tenant or "shared schema and every tenant"
+        verb = "migrated"
+    else:
+        what = args.tenant or "every tenant and the shared schema"
+        verb = "downgraded"
+    moved, skipped = report.count(Outcome.MIGRATED), report.count(Outcome.SKIPPED)
+    return (
+        f"{verb} {what} to {report.target or 'base'}: {moved} tenant(s) moved, "
+        f"{skipped} already there"
+    )
+
+
 def _status(ctx: Context, args: argparse.Namespace) -> int:
-    status = migrations.fleet_status(ctx.engine)
+    with sigterm_as_interrupt() as signals:
+        try:
+            status = migrations.fleet_status(ctx.engine, progress=progress("status"))
+        except KeyboardInterrupt:
+            print("interrupted; nothing was changed: run dms status again", file=sys.stderr)
+            return signals.exit_status
+    if args.json:
+        emit_json(status.as_json())
+        return EXIT_OK if status.healthy else EXIT_ERROR
     print(f"head: {status.head}")
     shared_note = "" if status.shared_revision == status.head else " (not at head)"
     print(f"shared schema: {status.shared_revision or 'base'}{shared_note}")
     for item in status.tenants:
-        problems = [
-            text
-            for text, bad in (
-                ("not at head", not item.at_head),
-                ("schema missing", not item.schema_exists),
-                ("not registered", not item.registered),
-            )
-            if bad
-        ]
-        state = ", ".join(problems) or "ok"
+        state = ", ".join(item.problems) or "ok"
         print(f"{item.slug}\t{item.schema_name}\t{item.revision or 'base'}\t{state}")
     print(f"{len(status.tenants)} tenant(s); {'all at head' if status.healthy else 'ATTENTION'}")
     return EXIT_OK if status.healthy else EXIT_ERROR

@@ -1,44 +1,170 @@
-"""``dms tenants create|drop|list``."""
+"""``dms tenants create|drop|list``: one tenant or thousands at once."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from dms import tenancy
+from dms import provisioning, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.cli.fleet import add_jobs_option, print_problems, progress, read_names, run_fleet
+from dms.cli.output import add_json_flag, emit_json
+from dms.fleet.report import FleetReport, Outcome
+
+_NAMES_HELP = "tenant keys: 1 to 40 characters a-z, 0-9 and _, starting with a letter"
+_FILE_HELP = "also the tenant keys in FILE, one per line (- for standard input)"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``tenants`` and its subcommands to ``commands``."""
     tenants = commands.add_parser("tenants", help="create, drop or list tenants")
     tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
-    create = tenant_commands.add_parser("create", help="create a tenant at the head revision")
-    create.add_argument("slug", help="tenant key: a-z, 0-9 and _, starting with a letter")
+    create = tenant_commands.add_parser(
+        "create", help="create tenants at the head revision, each on its own"
+    )
+    create.add_argument("slugs", nargs="*", metavar="NAME", help=_NAMES_HELP)
+    create.add_argument("-f", "--file", help=_FILE_HELP)
+    create.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="a tenant that exists is not an error (how an interrupted run is finished)",
+    )
+    add_jobs_option(create)
+    add_json_flag(create)
     create.set_defaults(run=_create)
-    drop = tenant_commands.add_parser("drop", help="drop a tenant and all its data")
-    drop.add_argument("slug", help="tenant key")
+
+    drop = tenant_commands.add_parser("drop", help="drop tenants and all their data")
+    drop.add_argument("slugs", nargs="*", metavar="NAME", help=_NAMES_HELP)
+    drop.add_argument("-f", "--file", help=_FILE_HELP)
+    drop.add_argument("--all", action="store_true", help="every registered tenant")
     drop.add_argument("--yes", action="store_true", help="confirm that the data goes")
+    drop.add_argument(
+        "--if-exists",
+        action="store_true",
+        help="a tenant that does not exist is not an error (how an interrupted run is finished)",
+    )
+    add_jobs_option(drop)
+    add_json_flag(drop)
     drop.set_defaults(run=_drop)
-    tenant_commands.add_parser("list", help="list tenants").set_defaults(run=_list)
+
+    listing = tenant_commands.add_parser("list", help="list tenants")
+    add_json_flag(listing)
+    listing.set_defaults(run=_list)
+
+
+def _names(args: argparse.Namespace) -> list[str] | None:
+    names = read_names(args.slugs, args.file)
+    if names:
+        return names
+    print("error: give tenant names, or --file FILE (- for standard input)", file=sys.stderr)
+    return None
+
+
+def _again(args: argparse.Namespace, command: str, flag: str) -> list[str]:
+    """The arguments that run ``command`` again over the same names, done ones skipped."""
+    again = ["tenants", command, flag]
+    if command == "drop":
+        again += ["--all"] if args.all else []
+        again += ["--yes"]
+    if args.file is not None:
+        again += ["--file", args.file]
+    again += args.slugs
+    return again + ([] if args.jobs is None else ["--jobs", str(args.jobs)])
 
 
 def _create(ctx: Context, args: argparse.Namespace) -> int:
-    tenant = tenancy.create_tenant(ctx.engine, args.slug, settings=ctx.settings)
-    print(f"created tenant {tenant.slug} (schema {tenant.schema_name})")
-    return EXIT_OK
+    names = _names(args)
+    if names is None:
+        return EXIT_ERROR
+    outcome = run_fleet(
+        ctx,
+        lambda: provisioning.create_tenants(
+            ctx.engine,
+            names,
+            jobs=args.jobs,
+            progress=progress("create"),
+            if_not_exists=args.if_not_exists,
+        ),
+        lambda _report: _again(args, "create", "--if-not-exists"),
+        as_json=args.json,
+    )
+    if isinstance(outcome, int):
+        return outcome
+    return _conclude(outcome, args.json, _created_line)
+
+
+def _created_line(report: FleetReport) -> str:
+    if len(report.tenants) == 1 and report.count(Outcome.CREATED) == 1:
+        slug = report.tenants[0].tenant
+        return f"created tenant {slug} (schema {tenancy.schema_name(slug)})"
+    return f"created {report.count(Outcome.CREATED)} tenant(s){_others(report)}"
 
 
 def _drop(ctx: Context, args: argparse.Namespace) -> int:
-    if not args.yes:
-        print(f"refusing to drop {args.slug!r} and all its data without --yes", file=sys.stderr)
+    if args.all and (args.slugs or args.file):
+        print("error: give tenant names or --all, not both", file=sys.stderr)
         return EXIT_ERROR
-    tenancy.drop_tenant(ctx.engine, args.slug, settings=ctx.settings)
-    print(f"dropped tenant {args.slug}")
-    return EXIT_OK
+    names = [t.slug for t in tenancy.list_tenants(ctx.engine)] if args.all else _names(args)
+    if names is None:
+        return EXIT_ERROR
+    if not args.yes:
+        what = "every tenant" if args.all else _named(names)
+        print(f"refusing to drop {what} and all {_its(names)} data without --yes", file=sys.stderr)
+        return EXIT_ERROR
+    outcome = run_fleet(
+        ctx,
+        lambda: provisioning.drop_tenants(
+            ctx.engine,
+            names,
+            jobs=args.jobs,
+            progress=progress("drop"),
+            if_exists=args.if_exists,
+        ),
+        lambda _report: _again(args, "drop", "--if-exists"),
+        as_json=args.json,
+    )
+    if isinstance(outcome, int):
+        return outcome
+    return _conclude(outcome, args.json, _dropped_line)
+
+
+def _named(names: list[str]) -> str:
+    return repr(names[0]) if len(names) == 1 else f"{len(names)} tenants"
+
+
+def _its(names: list[str]) -> str:
+    return "its" if len(names) == 1 else "their"
+
+
+def _dropped_line(report: FleetReport) -> str:
+    if len(report.tenants) == 1 and report.count(Outcome.DROPPED) == 1:
+        return f"dropped tenant {report.tenants[0].tenant}"
+    return f"dropped {report.count(Outcome.DROPPED)} tenant(s){_others(report)}"
+
+
+def _others(report: FleetReport) -> str:
+    others = {k: v for k, v in report.summary().items() if k not in ("created", "dropped")}
+    return (
+        "; " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in others.items()) if others else ""
+    )
+
+
+def _conclude(report: FleetReport, as_json: bool, line: Callable[[FleetReport], str]) -> int:
+    if as_json:
+        emit_json(report.as_json())
+    else:
+        print_problems(report)
+        if len(report.tenants) > 1 or not report.problems:
+            print(line(report))
+    return EXIT_ERROR if report.problems else EXIT_OK
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
-    for tenant in tenancy.list_tenants(ctx.engine):
+    tenants = tenancy.list_tenants(ctx.engine)
+    if args.json:
+        emit_json({"tenants": tenants})
+        return EXIT_OK
+    for tenant in tenants:
         print(f"{tenant.slug}\t{tenant.schema_name}\t{tenant.state}\t{tenant.created_at:%Y-%m-%d}")
     return EXIT_OK

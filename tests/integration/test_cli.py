@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import UnitOfWork, jobs, tenancy
+from dms import UnitOfWork, jobs, provisioning
 from dms.cli import main
 from dms.jobs import JobState
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
@@ -143,7 +143,7 @@ def test_status_reports_schema_without_registration(
     database_url: URL, engine: sa.Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
     slug = "cli_orphan"
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
     with engine.begin() as conn:
         conn.execute(
             sa.delete(sa.table("tenants", sa.column("slug"), schema="dms")).where(

@@ -17,7 +17,7 @@ from prometheus_client import generate_latest
 from sqlalchemy.engine import URL, Engine
 
 import dms
-from dms import health, jobs, migrations, tenancy
+from dms import health, jobs, migrations, provisioning
 from dms.cli import main
 from dms.cli.health import metrics_module
 from dms.errors import ConfigurationError
@@ -90,12 +90,12 @@ def test_a_tenant_behind_head_is_named(
 ) -> None:
     engine = sa.create_engine(database_url)
     slug = f"h{uuid.uuid4().hex[:10]}"
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
     try:
         migrations.downgrade(engine, "-1", tenant=slug)
         checks = {c.name: c for c in health.check(engine)}
     finally:
-        tenancy.drop_tenant(engine, slug)
+        provisioning.drop_tenant(engine, slug)
         engine.dispose()
 
     assert not checks["schemas"].ok
@@ -105,7 +105,7 @@ def test_a_tenant_behind_head_is_named(
 def test_an_old_runnable_job_and_an_untaken_expired_lease_fail(
     own_db: Engine, kind: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tenancy.create_tenant(own_db, "acme")
+    provisioning.create_tenant(own_db, "acme")
     with own_db.begin() as conn:
         old = datetime.now(timezone.utc) - timedelta(minutes=10)
         jobs.enqueue(conn, kind, {}, tenant="acme", run_at=old)
@@ -160,7 +160,7 @@ def test_a_vacuum_is_seen(own_db: Engine) -> None:
 
 
 def test_metrics_show_the_queue(own_db: Engine, kind: str) -> None:
-    tenancy.create_tenant(own_db, "acme")
+    provisioning.create_tenant(own_db, "acme")
     with own_db.begin() as conn:
         jobs.enqueue(conn, kind, {}, tenant="acme")
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.schema import CreateSchema, DropSchema
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, UsersTableMissing
 from dms.schema import tenant as t
@@ -43,7 +43,7 @@ def new_tenant(engine: Engine) -> Iterator[Callable[[str], str]]:
     yield name
     for slug in slugs:
         with suppress(TenantNotFound):
-            tenancy.drop_tenant(engine, slug)
+            provisioning.drop_tenant(engine, slug)
 
 
 def _schema_exists(conn: Connection, schema: str) -> bool:
@@ -72,7 +72,7 @@ def test_create_tenant_registers_and_builds_its_schema_at_head(
 ) -> None:
     slug = new_tenant(_slug())
 
-    created = tenancy.create_tenant(engine, slug)
+    created = provisioning.create_tenant(engine, slug)
 
     schema = f"tenant_{slug}"
     assert (created.slug, created.schema_name, created.state) == (slug, schema, "active")
@@ -101,7 +101,7 @@ def test_tenant_with_the_longest_name_can_be_created(
     slug = new_tenant(_slug() + "x" * 27)
     assert len(slug) == 40
 
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
 
     with engine.connect() as conn:
         assert _tables(conn, f"tenant_{slug}") == TENANT_TABLES | {"alembic_version"}
@@ -115,7 +115,7 @@ def test_creating_an_existing_tenant_raises_and_leaves_it_untouched(
         before = tenancy.get_tenant(raw, tenant)
 
     with pytest.raises(TenantExists):
-        tenancy.create_tenant(engine, tenant)
+        provisioning.create_tenant(engine, tenant)
 
     with engine.connect() as raw:
         assert tenancy.get_tenant(raw, tenant) == before
@@ -126,9 +126,9 @@ def test_drop_tenant_removes_its_schema_and_registry_row(
     engine: Engine, new_tenant: Callable[[str], str]
 ) -> None:
     slug = new_tenant(_slug())
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
 
-    tenancy.drop_tenant(engine, slug)
+    provisioning.drop_tenant(engine, slug)
 
     with engine.connect() as conn:
         assert not _registered(conn, slug)
@@ -137,7 +137,7 @@ def test_drop_tenant_removes_its_schema_and_registry_row(
 
 def test_dropping_an_unknown_tenant_raises_tenant_not_found(engine: Engine) -> None:
     with pytest.raises(TenantNotFound):
-        tenancy.drop_tenant(engine, _slug())
+        provisioning.drop_tenant(engine, _slug())
 
 
 def test_getting_an_unknown_tenant_raises_tenant_not_found(engine: Engine) -> None:
@@ -148,7 +148,7 @@ def test_getting_an_unknown_tenant_raises_tenant_not_found(engine: Engine) -> No
 def test_list_tenants_is_ordered_by_slug(engine: Engine, new_tenant: Callable[[str], str]) -> None:
     prefix = _slug()
     for suffix in ("c", "a", "b"):
-        tenancy.create_tenant(engine, new_tenant(f"{prefix}_{suffix}"))
+        provisioning.create_tenant(engine, new_tenant(f"{prefix}_{suffix}"))
 
     listed = [tenant.slug for tenant in tenancy.list_tenants(engine)]
     with engine.connect() as conn:
@@ -176,7 +176,7 @@ def test_create_tenant_over_an_existing_schema_leaves_nothing_behind(
 
     try:
         with pytest.raises(ProgrammingError) as excinfo:
-            tenancy.create_tenant(engine, slug)
+            provisioning.create_tenant(engine, slug)
 
         assert type(excinfo.value.orig) is psycopg.errors.DuplicateSchema
         with engine.connect() as conn:
@@ -199,7 +199,7 @@ def test_create_tenant_failing_midway_on_a_lock_leaves_nothing_behind(
         # SHARE ROW EXCLUSIVE that adding a foreign key to users needs.
         create_user(blocker, email=f"{uuid.uuid4().hex}@example.org", display_name="Busy")
         with pytest.raises(OperationalError) as excinfo:
-            tenancy.create_tenant(engine, slug, settings=impatient)
+            provisioning.create_tenant(engine, slug, settings=impatient)
 
     assert type(excinfo.value.orig) is psycopg.errors.LockNotAvailable
     with engine.connect() as conn:
@@ -219,7 +219,7 @@ def test_create_tenant_without_users_table_leaves_nothing_behind(
         slug = _slug()
 
         with pytest.raises(UsersTableMissing, match=r"public\.users"):
-            tenancy.create_tenant(engine, slug)
+            provisioning.create_tenant(engine, slug)
 
         with engine.connect() as conn:
             assert tenancy.list_tenants(conn) == []
@@ -234,8 +234,8 @@ def test_create_tenant_without_users_table_leaves_nothing_behind(
 @pytest.fixture
 def two_tenants(engine: Engine, new_tenant: Callable[[str], str]) -> tuple[str, str]:
     first, second = new_tenant(_slug()), new_tenant(_slug())
-    tenancy.create_tenant(engine, first)
-    tenancy.create_tenant(engine, second)
+    provisioning.create_tenant(engine, first)
+    provisioning.create_tenant(engine, second)
     return first, second
 
 
@@ -333,7 +333,7 @@ def statements(engine: Engine) -> Iterator[list[str]]:
 def test_statement_counter_sees_statements(engine: Engine, statements: list[str]) -> None:
     """Control: with a valid name, the same call does reach the database."""
     with pytest.raises(TenantNotFound):
-        tenancy.drop_tenant(engine, _slug())
+        provisioning.drop_tenant(engine, _slug())
 
     assert statements != []
 
@@ -346,7 +346,7 @@ def test_create_tenant_refuses_a_bad_name_before_any_sql(
     engine: Engine, statements: list[str], name: Any
 ) -> None:
     with pytest.raises(InvalidTenantName):
-        tenancy.create_tenant(engine, name)
+        provisioning.create_tenant(engine, name)
 
     assert statements == []
 
@@ -356,7 +356,7 @@ def test_drop_tenant_refuses_a_bad_name_before_any_sql(
     engine: Engine, statements: list[str], name: Any
 ) -> None:
     with pytest.raises(InvalidTenantName):
-        tenancy.drop_tenant(engine, name)
+        provisioning.drop_tenant(engine, name)
 
     assert statements == []
 
@@ -395,6 +395,6 @@ def test_bad_name_leaves_the_registry_unchanged(engine: Engine) -> None:
     before = tenancy.list_tenants(engine)
 
     with pytest.raises(InvalidTenantName):
-        tenancy.create_tenant(engine, "evil'); DROP TABLE dms.tenants; --")
+        provisioning.create_tenant(engine, "evil'); DROP TABLE dms.tenants; --")
 
     assert tenancy.list_tenants(engine) == before

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import provisioning, tenancy
 from dms.config import Settings, with_settings
 from dms.domain import DocumentQuery
 from dms.errors import AlreadyExists, ConfigurationError, DmsError, NotFound, ValidationError
@@ -31,9 +31,9 @@ def count(engine: Engine, tenant: str, table: sa.Table) -> int:
 @pytest.fixture
 def other_tenant(engine: Engine) -> Iterator[str]:
     slug = new_slug()
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
     yield slug
-    tenancy.drop_tenant(engine, slug)
+    provisioning.drop_tenant(engine, slug)
 
 
 def test_commit_persists(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning
 from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import TENANTS, populate_tenant
 
@@ -27,6 +27,6 @@ def fleet(db: Engine) -> Engine:
     """The database at head with the tenants of :data:`TENANTS`, each holding data."""
     migrations.upgrade(db)
     for slug in TENANTS:
-        tenancy.create_tenant(db, slug)
+        provisioning.create_tenant(db, slug)
         populate_tenant(db, slug)
     return db

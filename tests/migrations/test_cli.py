@@ -13,7 +13,7 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Engine
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning, tenancy
 from dms.config import SHARED_SCHEMA
 from tests.migrations.fingerprint import (
     DdlAudit,
@@ -55,7 +55,7 @@ def test_two_first_upgrades_at_once_both_succeed(db: Engine, empty_database_url:
 @pytest.mark.slow
 def test_upgrade_head_on_an_empty_database_then_again(db: Engine, empty_database_url: URL) -> None:
     first = run_alembic(empty_database_url, "upgrade", "head")
-    tenancy.create_tenant(db, "alpha")
+    provisioning.create_tenant(db, "alpha")
     shape = fingerprint(db, "tenant_alpha")
     audit = DdlAudit(db)
     second = run_alembic(empty_database_url, "upgrade", "head")
@@ -132,7 +132,7 @@ def test_bad_tenant_fails_on_one_line(
     db: Engine, empty_database_url: URL, tenant: str, message: str
 ) -> None:
     migrations.upgrade(db)
-    tenancy.create_tenant(db, "alpha")
+    provisioning.create_tenant(db, "alpha")
     migrations.downgrade(db, "base", tenant="alpha")
     audit = DdlAudit(db)
 

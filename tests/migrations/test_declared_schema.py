@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.schema import CreateSchema
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning
 from dms.config import SHARED_SCHEMA
 from dms.schema import shared, tenant
 from dms.testing import temporary_database
@@ -29,7 +29,7 @@ def _migrated_database(url: URL) -> Engine:
     engine = sa.create_engine(url)
     create_users_stand_in(engine)
     migrations.upgrade(engine)
-    tenancy.create_tenant(engine, "migrated")
+    provisioning.create_tenant(engine, "migrated")
     return engine
 
 

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning, tenancy
 from dms.config import SHARED_SCHEMA
 from dms.errors import MigrationFailed, TenantFailure, UsersTableMissing
 from dms.users import create_users_stand_in
@@ -48,7 +48,7 @@ def db(empty_database_url: URL) -> Iterator[Engine]:
 def _tenants_at_base(engine: Engine, *slugs: str) -> None:
     """Register ``slugs`` and leave their schemas at base (only an empty version table)."""
     for slug in slugs:
-        tenancy.create_tenant(engine, slug)
+        provisioning.create_tenant(engine, slug)
         migrations.downgrade(engine, "base", tenant=slug)
 
 
@@ -123,7 +123,7 @@ def test_cli_reports_a_failing_tenant_and_exits_non_zero(
 
 def test_failing_tenant_downgrade_keeps_the_shared_schema(db: Engine) -> None:
     for slug in ("alpha", "mike", "zulu"):
-        tenancy.create_tenant(db, slug)
+        provisioning.create_tenant(db, slug)
     with db.begin() as conn:  # a dependent view: DROP TABLE folders fails in this tenant
         conn.execute(
             sa.text("CREATE VIEW tenant_mike.names AS SELECT name FROM tenant_mike.folders")
@@ -280,7 +280,7 @@ def test_missing_users_table_is_named_in_its_configured_schema(
             migrations.upgrade(engine)
         create_users_stand_in(engine)
         migrations.upgrade(engine)
-        tenancy.create_tenant(engine, "acme")
+        provisioning.create_tenant(engine, "acme")
         healthy = migrations.fleet_status(engine).healthy
         references = schema_rows(engine, "tenant_acme")
     finally:
@@ -291,10 +291,10 @@ def test_missing_users_table_is_named_in_its_configured_schema(
 
 
 def test_fleet_status_reads_every_revision_in_one_query(db: Engine) -> None:
-    tenancy.create_tenant(db, "alpha")
+    provisioning.create_tenant(db, "alpha")
     few = _statements_of_fleet_status(db)
     for slug in ("bravo", "charlie", "delta", "echo"):
-        tenancy.create_tenant(db, slug)
+        provisioning.create_tenant(db, slug)
     migrations.downgrade(db, "base", tenant="charlie")
     with db.begin() as conn:  # a tenant schema that the registry does not know
         conn.execute(sa.text("CREATE SCHEMA tenant_ghost"))

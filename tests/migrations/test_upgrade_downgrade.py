@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-from dms import migrations, tenancy
+from dms import migrations, provisioning, tenancy
 from dms.config import SHARED_SCHEMA
 from tests.migrations.fingerprint import (
     TENANTS,
@@ -123,7 +123,7 @@ def test_upgrade_of_an_empty_database_reaches_head(db: Engine) -> None:
     migrations.upgrade(db)
     empty = migrations.fleet_status(db)
     for slug in TENANTS:
-        tenancy.create_tenant(db, slug)
+        provisioning.create_tenant(db, slug)
     status = migrations.fleet_status(db)
 
     assert empty.shared_revision == HEAD
@@ -191,7 +191,7 @@ def test_downgrade_to_base_then_upgrade_to_head(fleet: Engine) -> None:
     shared_at_base = fingerprint(fleet, SHARED_SCHEMA)
     migrations.upgrade(fleet)
     for slug in TENANTS:
-        tenancy.create_tenant(fleet, slug)
+        provisioning.create_tenant(fleet, slug)
 
     assert at_base.shared_revision is None
     assert at_base.tenants == ()

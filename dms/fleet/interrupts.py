@@ -1,0 +1,48 @@
+"""Stopping a fleet operation from outside: SIGTERM handled as Ctrl-C, and the exit statuses.
+
+Entry points (the ``dms`` command, plain ``alembic``) wrap a fleet operation in
+:func:`sigterm_as_interrupt`: a service manager's SIGTERM then stops the run as Ctrl-C does
+(:mod:`dms.fleet.pool`), and the entry point exits with :attr:`Signals.exit_status`: 130 after
+Ctrl-C, 143 after SIGTERM. A library never installs signal handlers by itself.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+
+#: Exit status after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: Exit status after SIGTERM (128 + SIGTERM).
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+@dataclass
+class Signals:
+    """The stopping signals received while a fleet operation ran."""
+
+    received: list[int] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        """143 if SIGTERM stopped the run, else 130 (Ctrl-C)."""
+        return EXIT_TERMINATED if signal.SIGTERM in self.received else EXIT_INTERRUPTED
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[Signals]:
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does."""
+    signals = Signals()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signals.received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield signals
+    finally:
+        signal.signal(signal.SIGTERM, previous)

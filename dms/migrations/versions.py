@@ -1,0 +1,185 @@
+"""Where every schema is: revisions read from the catalog, the registry, the fleet's status.
+
+Reading the revision of every tenant is a few queries, never one connection per tenant: each
+query is a ``UNION ALL`` over up to :data:`SCHEMAS_PER_QUERY` version tables. Each of those
+tables (and its index) takes a lock until the transaction ends, and the server's lock table is
+finite (``max_locks_per_transaction`` times ``max_connections``: 6,400 slots by default), so
+a connection that is not in a transaction of the caller's own ends one after each query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dms import tenancy
+from dms.config import SHARED_SCHEMA
+from dms.fleet.progress import NoProgress, Progress
+from dms.migrations.scripts import VERSION_TABLE, Scripts
+
+#: Version tables read by one query (two locks each: the table and its primary key).
+SCHEMAS_PER_QUERY = 500
+
+_pg_class = sa.table("pg_class", sa.column("relname"), sa.column("relnamespace"))
+_pg_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"))
+
+
+def _version_table(schema: str) -> sa.TableClause:
+    return sa.table(VERSION_TABLE, sa.column("version_num", sa.Text), schema=schema)
+
+
+def schemas_with_version_table(conn: Connection) -> set[str]:
+    """Every schema that has a version table."""
+    query = (
+        sa.select(_pg_namespace.c.nspname)
+        .join_from(_pg_class, _pg_namespace, _pg_class.c.relnamespace == _pg_namespace.c.oid)
+        .where(_pg_class.c.relname == VERSION_TABLE)
+    )
+    return set(conn.scalars(query))
+
+
+def read_versions(
+    conn: Connection, schemas: Iterable[str], *, progress: Progress | None = None
+) -> dict[str, str | None]:
+    """The current revision of each schema (``None``: none, or no version table).
+
+    If ``conn`` is not in a transaction when called, its locks are released after each query
+    (see the module's docstring); ``progress`` advances once per schema.
+    """
+    progress = progress or NoProgress()
+    release = not conn.in_transaction()
+    wanted = list(dict.fromkeys(schemas))
+    present = schemas_with_version_table(conn)
+    versions: dict[str, str | None] = dict.fromkeys(wanted)
+    readable = [schema for schema in wanted if schema in present]
+    progress.advance(steps=len(wanted) - len(readable))
+    for start in range(0, len(readable), SCHEMAS_PER_QUERY):
+        chunk = readable[start : start + SCHEMAS_PER_QUERY]
+        selects = [
+            sa.select(sa.literal(schema).label("schema"), _version_table(schema).c.version_num)
+            for schema in chunk
+        ]
+        versions.update(
+            {schema: version for schema, version in conn.execute(sa.union_all(*selects))}
+        )
+        if release:
+            conn.rollback()
+        progress.advance(steps=len(chunk))
+    if release and conn.in_transaction():
+        conn.rollback()
+    return versions
+
+
+def registry_exists(conn: Connection) -> bool:
+    """Whether the tenant registry (the shared schema at its first revision) exists."""
+    return conn.scalar(sa.select(sa.func.to_regclass(f"{SHARED_SCHEMA}.tenants"))) is not None
+
+
+def registered_schemas(conn: Connection) -> dict[str, str]:
+    """Every registered tenant's schema and slug; empty if there is no registry yet."""
+    if not registry_exists(conn):
+        return {}
+    return {tenant.schema_name: tenant.slug for tenant in tenancy.list_tenants(conn)}
+
+
+def tenant_schemas_in_catalog(conn: Connection) -> set[str]:
+    """Every schema named like a tenant's, registered or not."""
+    names = conn.scalars(
+        sa.select(_pg_namespace.c.nspname).where(
+            _pg_namespace.c.nspname.startswith("tenant_", autoescape=True)
+        )
+    )
+    return {name for name in names if tenancy.slug_of_schema(name) is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaStatus:
+    """Migration state of one tenant, as the registry and the catalog see it."""
+
+    slug: str
+    schema_name: str
+    registered: bool
+    schema_exists: bool
+    revision: str | None
+    at_head: bool
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """What needs attention: not at head, schema missing, not registered."""
+        return tuple(
+            text
+            for text, bad in (
+                ("not at head", not self.at_head),
+                ("schema missing", not self.schema_exists),
+                ("not registered", not self.registered),
+            )
+            if bad
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetStatus:
+    """Migration state of the shared schema and every tenant."""
+
+    head: str
+    shared_revision: str | None
+    tenants: tuple[SchemaStatus, ...]
+
+    @property
+    def healthy(self) -> bool:
+        """Everything is at head, registered and present."""
+        return self.shared_revision == self.head and all(
+            t.at_head and t.registered and t.schema_exists for t in self.tenants
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """``dms status --json``: head, shared revision, health, one object per tenant."""
+        return {
+            "head": self.head,
+            "shared": self.shared_revision,
+            "healthy": self.healthy,
+            "tenants": [
+                {
+                    "tenant": item.slug,
+                    "schema": item.schema_name,
+                    "revision": item.revision,
+                    "registered": item.registered,
+                    "schema_exists": item.schema_exists,
+                    "at_head": item.at_head,
+                    "problems": list(item.problems),
+                }
+                for item in self.tenants
+            ],
+        }
+
+
+def fleet_status(
+    engine: Engine, *, progress: Progress | None = None, scripts: Scripts | None = None
+) -> FleetStatus:
+    """Every tenant's revision and whether it is at head, plus any registry/catalog mismatch."""
+    progress = progress or NoProgress()
+    head = (scripts or Scripts.default()).head()
+    with engine.connect() as conn:
+        registered = registered_schemas(conn)
+        in_catalog = tenant_schemas_in_catalog(conn)
+        conn.rollback()
+        schemas = sorted(registered.keys() | in_catalog)
+        progress.begin(len(schemas) + 1)
+        versions = read_versions(conn, [SHARED_SCHEMA, *schemas], progress=progress)
+    progress.end()
+    statuses = tuple(
+        SchemaStatus(
+            slug=registered.get(schema) or tenancy.slug_of_schema(schema) or schema,
+            schema_name=schema,
+            registered=schema in registered,
+            schema_exists=schema in in_catalog,
+            revision=versions[schema],
+            at_head=versions[schema] == head,
+        )
+        for schema in schemas
+    )
+    return FleetStatus(head=head, shared_revision=versions[SHARED_SCHEMA], tenants=statuses)
