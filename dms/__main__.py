@@ -4,4 +4,6 @@ import sys
 
 from dms.cli import main
 
-sys.exit(main())
+# Guarded: fleet commands start worker processes, which import the main module again.
+if __name__ == "__main__":
+    sys.exit(main())

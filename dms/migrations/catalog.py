@@ -1,0 +1,275 @@
+"""What a tenant schema holds, read from the PostgreSQL catalog in a comparable form.
+
+Six aspects of a schema: its tables, columns (type, default, nullability, identity,
+generation, in their order), constraints, indexes, triggers and functions. Each object is one
+:class:`CatalogRow`: a kind, a name (``documents.ix_documents_folder_id``) and its definition
+as the server renders it (``format_type``, ``pg_get_expr``, ``pg_get_constraintdef``,
+``pg_get_indexdef``, ``pg_get_triggerdef``, ``pg_get_functiondef``), with the schema's own
+name replaced by ``<schema>``, so that two tenants of the same shape read the same.
+
+For thousands of tenants, :func:`fingerprints` asks the server for one digest per schema and
+aspect (an ``md5`` over the sorted rows), :data:`SCHEMAS_PER_QUERY` schemas per query; only
+the tenants whose digests differ from the reference are read row by row (:func:`rows`).
+Internal triggers (those of foreign keys) and the version table are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.engine import Connection
+
+from dms.fleet.progress import NoProgress, Progress
+from dms.migrations.scripts import VERSION_TABLE
+
+#: Schemas read by one digest query.
+SCHEMAS_PER_QUERY = 250
+
+PLACEHOLDER = "<schema>"
+_ROW_SEPARATOR = "\x1e"
+_FIELD_SEPARATOR = "\x1f"
+
+_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"))
+_class = sa.table(
+    "pg_class",
+    sa.column("oid"),
+    sa.column("relname"),
+    sa.column("relnamespace"),
+    sa.column("relkind"),
+    sa.column("relpersistence"),
+    sa.column("reloptions"),
+)
+_attribute = sa.table(
+    "pg_attribute",
+    sa.column("attrelid"),
+    sa.column("attnum"),
+    sa.column("attname"),
+    sa.column("atttypid"),
+    sa.column("atttypmod"),
+    sa.column("attnotnull"),
+    sa.column("attidentity"),
+    sa.column("attgenerated"),
+    sa.column("attisdropped"),
+)
+_attrdef = sa.table("pg_attrdef", sa.column("adrelid"), sa.column("adnum"), sa.column("adbin"))
+_constraint = sa.table(
+    "pg_constraint",
+    sa.column("oid"),
+    sa.column("conname"),
+    sa.column("contype"),
+    sa.column("conrelid"),
+    sa.column("connamespace"),
+    sa.column("condeferrable"),
+    sa.column("condeferred"),
+    sa.column("convalidated"),
+)
+_index = sa.table("pg_index", sa.column("indexrelid"), sa.column("indrelid"))
+_trigger = sa.table(
+    "pg_trigger",
+    sa.column("oid"),
+    sa.column("tgname"),
+    sa.column("tgrelid"),
+    sa.column("tgenabled"),
+    sa.column("tgisinternal"),
+)
+_proc = sa.table(
+    "pg_proc",
+    sa.column("oid"),
+    sa.column("proname"),
+    sa.column("pronamespace"),
+    sa.column("prokind"),
+)
+
+#: The aspects, in the order they are reported.
+ASPECTS = ("table", "column", "constraint", "index", "trigger", "function")
+
+
+@dataclass(frozen=True, order=True)
+class CatalogRow:
+    """One object of a schema: what it is, its name, and its normalised definition."""
+
+    kind: str
+    name: str
+    definition: str
+
+
+def _text(value: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
+    return sa.func.coalesce(sa.cast(value, sa.Text), "")
+
+
+def _normalised(
+    value: sa.ColumnElement[Any], schema: sa.ColumnElement[str]
+) -> sa.ColumnElement[str]:
+    """``value`` with the schema's own name, bare or quoted, replaced by the placeholder."""
+    pattern = sa.literal('(?<![\\w$"])') + schema + sa.literal('(?![\\w$"])|"') + schema + '"'
+    return sa.func.regexp_replace(_text(value), pattern, PLACEHOLDER, "g")
+
+
+def _fields(*values: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
+    return sa.func.concat_ws(_FIELD_SEPARATOR, *(_text(value) for value in values))
+
+
+def _relations(schemas: Sequence[str]) -> sa.Select[Any]:
+    """Relations of ``schemas`` but the version table, with their schema's name."""
+    return (
+        sa.select(_class, _namespace.c.nspname)
+        .join_from(_class, _namespace, _class.c.relnamespace == _namespace.c.oid)
+        .where(_namespace.c.nspname.in_(schemas), _class.c.relname != VERSION_TABLE)
+    )
+
+
+def _aspect_queries(schemas: Sequence[str]) -> list[sa.Select[Any]]:
+    """One select per aspect: (schema, kind, name, definition) for every object."""
+    return [
+        _tables(schemas),
+        _columns(schemas),
+        _constraints(schemas),
+        _indexes(schemas),
+        _triggers(schemas),
+        _functions(schemas),
+    ]
+
+
+def _tables(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).where(_class.c.relkind.in_(("r", "p", "v", "m", "S", "f"))).subquery()
+    options = sa.func.array_to_string(
+        sa.func.array(
+            sa.select(sa.func.unnest(rel.c.reloptions).label("o"))
+            .order_by(sa.text("1"))
+            .scalar_subquery()
+        ),
+        ",",
+    )
+    return sa.select(
+        rel.c.nspname,
+        sa.literal("table"),
+        rel.c.relname,
+        _fields(rel.c.relkind, rel.c.relpersistence, options),
+    )
+
+
+def _columns(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).where(_class.c.relkind.in_(("r", "p", "v", "m", "f"))).subquery()
+    default = sa.func.pg_get_expr(_attrdef.c.adbin, _attrdef.c.adrelid)
+    # The position among live columns: a downgrade must restore the order, not the attnum.
+    position = sa.func.row_number().over(
+        partition_by=_attribute.c.attrelid, order_by=_attribute.c.attnum
+    )
+    return (
+        sa.select(
+            rel.c.nspname,
+            sa.literal("column"),
+            rel.c.relname + "." + _attribute.c.attname,
+            _fields(
+                position,
+                sa.func.format_type(_attribute.c.atttypid, _attribute.c.atttypmod),
+                _normalised(default, rel.c.nspname),
+                _attribute.c.attnotnull,
+                _attribute.c.attidentity,
+                _attribute.c.attgenerated,
+            ),
+        )
+        .join_from(rel, _attribute, _attribute.c.attrelid == rel.c.oid)
+        .outerjoin(
+            _attrdef,
+            sa.and_(
+                _attrdef.c.adrelid == _attribute.c.attrelid, _attrdef.c.adnum == _attribute.c.attnum
+            ),
+        )
+        .where(_attribute.c.attnum > 0, sa.not_(_attribute.c.attisdropped))
+    )
+
+
+def _constraints(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).subquery()
+    return sa.select(
+        rel.c.nspname,
+        sa.literal("constraint"),
+        rel.c.relname + "." + _constraint.c.conname,
+        _fields(
+            _constraint.c.contype,
+            _normalised(sa.func.pg_get_constraintdef(_constraint.c.oid), rel.c.nspname),
+            _constraint.c.condeferrable,
+            _constraint.c.condeferred,
+            _constraint.c.convalidated,
+        ),
+    ).join_from(rel, _constraint, _constraint.c.conrelid == rel.c.oid)
+
+
+def _indexes(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).subquery()
+    index_class = _class.alias("index_class")
+    return (
+        sa.select(
+            rel.c.nspname,
+            sa.literal("index"),
+            rel.c.relname + "." + index_class.c.relname,
+            _normalised(sa.func.pg_get_indexdef(_index.c.indexrelid), rel.c.nspname),
+        )
+        .join_from(rel, _index, _index.c.indrelid == rel.c.oid)
+        .join(index_class, index_class.c.oid == _index.c.indexrelid)
+    )
+
+
+def _triggers(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).subquery()
+    return (
+        sa.select(
+            rel.c.nspname,
+            sa.literal("trigger"),
+            rel.c.relname + "." + _trigger.c.tgname,
+            _fields(
+                _normalised(sa.func.pg_get_triggerdef(_trigger.c.oid), rel.c.nspname),
+                _trigger.c.tgenabled,
+            ),
+        )
+        .join_from(rel, _trigger, _trigger.c.tgrelid == rel.c.oid)
+        .where(sa.not_(_trigger.c.tgisinternal))
+    )
+
+
+def _functions(schemas: Sequence[str]) -> sa.Select[Any]:
+    return (
+        sa.select(
+            _namespace.c.nspname,
+            sa.literal("function"),
+            _proc.c.proname + "(" + sa.func.pg_get_function_identity_arguments(_proc.c.oid) + ")",
+            _normalised(sa.func.pg_get_functiondef(_proc.c.oid), _namespace.c.nspname),
+        )
+        .join_from(_proc, _namespace, _proc.c.pronamespace == _namespace.c.oid)
+        .where(_namespace.c.nspname.in_(schemas), _proc.c.prokind.in_(("f", "p")))
+    )
+
+
+def rows(conn: Connection, schema: str) -> tuple[CatalogRow, ...]:
+    """Every object of ``schema``, normalised, sorted (empty if the schema does not exist)."""
+    query = sa.union_all(*_aspect_queries([schema])).subquery()
+    _schema, kind, name, definition = query.c
+    found = conn.execute(sa.select(kind, name, definition)).all()
+    return tuple(sorted(CatalogRow(str(k), str(n), str(d)) for k, n, d in found))
+
+
+def fingerprints(
+    conn: Connection, schemas: Sequence[str], *, progress: Progress | None = None
+) -> dict[str, str]:
+    """One digest per schema of ``schemas``: equal digests, equal catalogs (``""``: empty).
+
+    Runs one query per :data:`SCHEMAS_PER_QUERY` schemas; catalog reads take no locks.
+    """
+    progress = progress or NoProgress()
+    digests = dict.fromkeys(schemas, "")
+    for start in range(0, len(schemas), SCHEMAS_PER_QUERY):
+        chunk = list(schemas[start : start + SCHEMAS_PER_QUERY])
+        everything = sa.union_all(*_aspect_queries(chunk)).subquery()
+        schema, kind, name, definition = everything.c
+        line = sa.func.concat_ws(_FIELD_SEPARATOR, kind, name, definition)
+        separator = sa.literal(_ROW_SEPARATOR, sa.Text)
+        digest = sa.func.md5(sa.func.string_agg(line, aggregate_order_by(separator, line)))
+        query = sa.select(schema, digest).group_by(schema)
+        digests.update({str(s): str(d) for s, d in conn.execute(query)})
+        progress.advance(steps=len(chunk))
+    return digests
