@@ -7,7 +7,8 @@ Create Date: 2026-12-02
 Shared: ``dms.tenants``. Tenant: every entity table with its invariants, including the two
 trigger functions (gap-free append-only revisions; acyclic folder tree with a depth limit).
 Trigger functions live in the tenant schema and pin ``search_path`` to it, so their static SQL
-names the tenant's own tables whatever the caller's ``search_path`` is.
+names the tenant's own tables whatever the caller's ``search_path`` is. The tenant part adds
+its foreign keys to ``users`` last (see ``_add_user_references``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ VALUE_CASES = (
 
 def upgrade(*, scope: MigrationScope) -> None:
     if scope.is_tenant:
-        _upgrade_tenant(scope.schema, scope.users_schema)
+        _upgrade_tenant(scope.schema)
+        _add_user_references(scope.schema, scope.users_schema)
     else:
         _upgrade_shared(scope.schema)
 
@@ -115,25 +117,46 @@ def _timestamp(name: str) -> sa.Column[object]:
     return sa.Column(name, sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now())
 
 
-def _user_fk(table: str, column: str, users_schema: str) -> sa.ForeignKeyConstraint:
-    return sa.ForeignKeyConstraint(
-        [column],
-        [f"{users_schema}.users.id"],
-        name=f"fk_{table}_{column}_users",
-        ondelete="RESTRICT",
-    )
+#: The columns that reference the IAM's users, as (table, column).
+USER_REFERENCES = (
+    ("folders", "created_by"),
+    ("documents", "created_by"),
+    ("file_revisions", "uploaded_by"),
+    ("tags", "created_by"),
+    ("metadata_fields", "created_by"),
+)
 
 
-def _upgrade_tenant(schema: str, users_schema: str) -> None:
-    _create_folders(schema, users_schema)
-    _create_documents(schema, users_schema)
-    _create_tags(schema, users_schema)
-    _create_metadata(schema, users_schema)
+def _upgrade_tenant(schema: str) -> None:
+    _create_folders(schema)
+    _create_documents(schema)
+    _create_tags(schema)
+    _create_metadata(schema)
     _create_revision_guard(schema)
     _create_folder_guard(schema)
 
 
-def _create_folders(schema: str, users_schema: str) -> None:
+def _add_user_references(schema: str, users_schema: str) -> None:
+    """The foreign keys to users, last: each locks users (SHARE ROW EXCLUSIVE) until commit.
+
+    Added last, they hold that lock for the end of the transaction only, so writes to users
+    (the IAM's sign-ups) and tenants created in parallel wait for a few statements instead of
+    the whole tenant.
+    """
+    for table, column in USER_REFERENCES:
+        op.create_foreign_key(
+            f"fk_{table}_{column}_users",
+            table,
+            "users",
+            [column],
+            ["id"],
+            source_schema=schema,
+            referent_schema=users_schema,
+            ondelete="RESTRICT",
+        )
+
+
+def _create_folders(schema: str) -> None:
     op.create_table(
         "folders",
         _id(),
@@ -150,7 +173,6 @@ def _create_folders(schema: str, users_schema: str) -> None:
             name="fk_folders_parent_id_folders",
             ondelete="RESTRICT",
         ),
-        _user_fk("folders", "created_by", users_schema),
         sa.CheckConstraint(
             "btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= 255",
             name=op.f("ck_folders_name_valid"),
@@ -171,7 +193,7 @@ def _create_folders(schema: str, users_schema: str) -> None:
     )
 
 
-def _create_documents(schema: str, users_schema: str) -> None:
+def _create_documents(schema: str) -> None:
     op.create_table(
         "documents",
         _id(),
@@ -190,7 +212,6 @@ def _create_documents(schema: str, users_schema: str) -> None:
             name="fk_documents_folder_id_folders",
             ondelete="RESTRICT",
         ),
-        _user_fk("documents", "created_by", users_schema),
         sa.CheckConstraint(
             "btrim(title) <> '' AND length(title) <= 500", name=op.f("ck_documents_title_valid")
         ),
@@ -229,7 +250,6 @@ def _create_documents(schema: str, users_schema: str) -> None:
             name="fk_file_revisions_document_id_documents",
             ondelete="CASCADE",
         ),
-        _user_fk("file_revisions", "uploaded_by", users_schema),
         sa.UniqueConstraint(
             "document_id", "revision_no", name="uq_file_revisions_document_id_revision_no"
         ),
@@ -263,7 +283,7 @@ def _create_documents(schema: str, users_schema: str) -> None:
     )
 
 
-def _create_tags(schema: str, users_schema: str) -> None:
+def _create_tags(schema: str) -> None:
     op.create_table(
         "tags",
         _id(),
@@ -272,7 +292,6 @@ def _create_tags(schema: str, users_schema: str) -> None:
         _timestamp("created_at"),
         _timestamp("updated_at"),
         sa.PrimaryKeyConstraint("id", name="pk_tags"),
-        _user_fk("tags", "created_by", users_schema),
         sa.CheckConstraint(
             "btrim(name) <> '' AND length(name) <= 100", name=op.f("ck_tags_name_valid")
         ),
@@ -303,7 +322,7 @@ def _create_tags(schema: str, users_schema: str) -> None:
     op.create_index("ix_document_tags_tag_id", "document_tags", ["tag_id"], schema=schema)
 
 
-def _create_metadata(schema: str, users_schema: str) -> None:
+def _create_metadata(schema: str) -> None:
     op.create_table(
         "metadata_fields",
         _id(),
@@ -315,7 +334,6 @@ def _create_metadata(schema: str, users_schema: str) -> None:
         _timestamp("created_at"),
         _timestamp("updated_at"),
         sa.PrimaryKeyConstraint("id", name="pk_metadata_fields"),
-        _user_fk("metadata_fields", "created_by", users_schema),
         sa.UniqueConstraint("id", "field_type", name="uq_metadata_fields_id_field_type"),
         sa.CheckConstraint(
             "btrim(name) <> '' AND length(name) <= 100", name=op.f("ck_metadata_fields_name_valid")
