@@ -133,13 +133,15 @@ def _migrate(
 
 
 def _interrupted_message(context: EnvironmentContext, report: FleetReport) -> str:
-    argv = ["alembic"]
+    """How far the run got, and the alembic command line that finishes it."""
     cmd_opts: Any = context.config.cmd_opts
-    config_file = getattr(cmd_opts, "config", None)
-    if config_file and config_file != "alembic.ini":
-        argv += ["-c", config_file]
+    argv = ["alembic"]
+    configs = getattr(cmd_opts, "config", None) or []
+    # Alembic 1.20 takes -c more than once (a list); older versions one file (a string).
+    for config_file in [configs] if isinstance(configs, str) else configs:
+        argv += ["-c", str(config_file)]
     for option in getattr(cmd_opts, "x", None) or []:
-        argv += ["-x", option]
+        argv += ["-x", str(option)]
     argv += [report.operation, report.target or "base"]
     return f"interrupted: {report.how_far()}; finish with: {shlex.join(argv)}"
 
