@@ -274,7 +274,9 @@ def _finish(
     report = FleetReport(
         operation=operation,
         target=target,
-        tenants=(*refused, *result.reports, *settled, *pending),
+        tenants=tuple(
+            sorted([*refused, *result.reports, *settled, *pending], key=lambda r: r.tenant)
+        ),
         stopped=result.stopped,
     )
     if result.interrupted:

@@ -1,0 +1,222 @@
+"""Creating and dropping many tenants at once: each on its own, each exactly like a migrated one.
+
+A tenant created in bulk (on worker processes) must fingerprint-equal, tables, constraints,
+indexes, triggers and functions, a tenant that was migrated one revision after another; a bad
+or taken name fails alone and is reported while the others are created.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
+
+from dms import migrations, provisioning, tenancy
+from dms.errors import AlreadyExists, TenantExists
+from dms.fleet import Outcome
+from dms.migrations import Scripts
+from tests.migrations.fingerprint import (
+    REPO_ROOT,
+    alembic_env,
+    fingerprint,
+    populate_tenant,
+    revisions,
+    schema_rows,
+)
+
+HEAD = migrations.head_revision()
+BULK = tuple(f"bulk_{index}" for index in range(6))
+
+
+def _step_by_step(engine: Engine, slug: str) -> None:
+    """Tenant ``slug`` at base, then moved to head one revision at a time."""
+    provisioning.create_tenant(engine, slug)
+    migrations.downgrade(engine, "base", tenant=slug)
+    for revision in Scripts.default().chain():
+        migrations.upgrade(engine, revision, tenant=slug)
+
+
+@pytest.fixture
+def at_head(db: Engine) -> Engine:
+    migrations.upgrade(db)
+    return db
+
+
+def test_tenants_created_in_bulk_equal_one_migrated_step_by_step(at_head: Engine) -> None:
+    _step_by_step(at_head, "stepwise")
+    reference = fingerprint(at_head, "tenant_stepwise")
+
+    report = provisioning.create_tenants(at_head, BULK, jobs=2)
+
+    assert [(r.tenant, r.outcome, r.to_revision) for r in report.tenants] == [
+        (slug, Outcome.CREATED, HEAD) for slug in BULK
+    ]
+    assert reference.triggers
+    assert reference.functions
+    for slug in BULK:
+        assert fingerprint(at_head, tenancy.schema_name(slug)) == reference, slug
+    schemas = [tenancy.schema_name(slug) for slug in BULK]
+    assert revisions(at_head, *schemas) == dict.fromkeys(schemas, HEAD)
+
+
+def test_a_bad_or_taken_name_fails_alone_and_is_reported(at_head: Engine) -> None:
+    provisioning.create_tenant(at_head, "taken")
+    populate_tenant(at_head, "taken")
+    kept = schema_rows(at_head, "tenant_taken")
+
+    report = provisioning.create_tenants(
+        at_head, ["fresh_a", "Bad-Name", "taken", "fresh_b", "fresh_a"], jobs=2
+    )
+
+    outcomes = {r.tenant: (r.outcome, r.error) for r in report.tenants}
+    assert outcomes == {
+        "fresh_a": (Outcome.CREATED, None),
+        "fresh_b": (Outcome.CREATED, None),
+        "taken": (Outcome.EXISTS, "tenant 'taken' already exists"),
+        "Bad-Name": (
+            Outcome.INVALID,
+            "invalid tenant name 'Bad-Name': use 1 to 40 characters a-z, 0-9 and _, "
+            "starting with a letter",
+        ),
+    }
+    assert [t.slug for t in tenancy.list_tenants(at_head)] == ["fresh_a", "fresh_b", "taken"]
+    assert schema_rows(at_head, "tenant_taken") == kept
+
+
+def test_if_not_exists_skips_the_tenants_that_exist(at_head: Engine) -> None:
+    provisioning.create_tenant(at_head, "first")
+
+    report = provisioning.create_tenants(at_head, ["first", "second"], if_not_exists=True)
+
+    assert report.summary() == {"created": 1, "skipped": 1}
+    assert report.problems == ()
+
+
+def test_tenant_exists_is_an_already_exists(at_head: Engine) -> None:
+    provisioning.create_tenant(at_head, "once")
+
+    with pytest.raises(AlreadyExists) as caught:
+        provisioning.create_tenant(at_head, "once")
+
+    assert type(caught.value) is TenantExists
+
+
+def test_drop_many_reports_each_and_drops_the_rest(at_head: Engine) -> None:
+    provisioning.create_tenants(at_head, ["gone_a", "gone_b", "stays"])
+
+    report = provisioning.drop_tenants(at_head, ["gone_a", "nope", "gone_b"], jobs=2)
+
+    assert {r.tenant: r.outcome for r in report.tenants} == {
+        "gone_a": Outcome.DROPPED,
+        "gone_b": Outcome.DROPPED,
+        "nope": Outcome.NOT_FOUND,
+    }
+    assert [r.from_revision for r in report.tenants if r.outcome is Outcome.DROPPED] == [HEAD] * 2
+    assert [t.slug for t in tenancy.list_tenants(at_head)] == ["stays"]
+    with at_head.connect() as conn:
+        schemas = set(conn.scalars(sa.text("SELECT nspname FROM pg_namespace")))
+    assert "tenant_gone_a" not in schemas
+    assert "tenant_stays" in schemas
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def _dms(url: URL, *arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dms", *arguments],
+        cwd=REPO_ROOT,
+        env=alembic_env(url),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_creates_names_from_arguments_and_stdin(
+    at_head: Engine, empty_database_url: URL
+) -> None:
+    provisioning.create_tenant(at_head, "taken")
+
+    done = _dms(
+        empty_database_url,
+        "tenants",
+        "create",
+        "one",
+        "taken",
+        "--file",
+        "-",
+        stdin="two\nthree\n\n",
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["error: tenant 'taken' already exists"]
+    assert done.stdout.splitlines() == ["created 3 tenant(s); 1 exists"]
+    assert [t.slug for t in tenancy.list_tenants(at_head)] == ["one", "taken", "three", "two"]
+
+
+def test_cli_one_tenant_keeps_its_one_line(at_head: Engine, empty_database_url: URL) -> None:
+    created = _dms(empty_database_url, "tenants", "create", "solo")
+    again = _dms(empty_database_url, "tenants", "create", "solo")
+    bad = _dms(empty_database_url, "tenants", "create", "Solo")
+
+    assert (created.returncode, created.stdout) == (0, "created tenant solo (schema tenant_solo)\n")
+    assert (again.returncode, again.stderr) == (1, "error: tenant 'solo' already exists\n")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: invalid tenant name 'Solo'")
+
+
+def test_cli_create_json_has_one_object_per_tenant(
+    at_head: Engine, empty_database_url: URL
+) -> None:
+    done = _dms(empty_database_url, "tenants", "create", "j_one", "j_two", "--json")
+
+    document = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert document["operation"] == "create"
+    assert document["summary"] == {"created": 2}
+    assert [
+        {key: item[key] for key in ("tenant", "from", "to", "outcome", "error")}
+        for item in document["tenants"]
+    ] == [
+        {"tenant": slug, "from": None, "to": HEAD, "outcome": "created", "error": None}
+        for slug in ("j_one", "j_two")
+    ]
+    assert all(isinstance(item["seconds"], float) for item in document["tenants"])
+
+
+def test_cli_drop_needs_yes_and_reports_each(at_head: Engine, empty_database_url: URL) -> None:
+    provisioning.create_tenants(at_head, ["d_one", "d_two", "d_three"])
+
+    refused = _dms(empty_database_url, "tenants", "drop", "d_one", "d_two")
+    dropped = _dms(empty_database_url, "tenants", "drop", "d_one", "nope", "--yes")
+    everything = _dms(empty_database_url, "tenants", "drop", "--all", "--yes")
+
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "refusing to drop 2 tenants and all their data without --yes\n",
+    )
+    assert dropped.returncode == 1
+    assert dropped.stderr.splitlines() == ["error: tenant 'nope' does not exist"]
+    assert dropped.stdout.splitlines() == ["dropped 1 tenant(s); 1 not found"]
+    assert (everything.returncode, everything.stdout) == (0, "dropped 2 tenant(s)\n")
+    assert tenancy.list_tenants(at_head) == []
+
+
+def test_cli_list_json(at_head: Engine, empty_database_url: URL) -> None:
+    provisioning.create_tenants(at_head, ["l_b", "l_a"])
+
+    done = _dms(empty_database_url, "tenants", "list", "--json")
+
+    listed = json.loads(done.stdout)["tenants"]
+    assert done.returncode == 0
+    assert [(t["slug"], t["schema_name"], t["state"]) for t in listed] == [
+        ("l_a", "tenant_l_a", "active"),
+        ("l_b", "tenant_l_b", "active"),
+    ]
