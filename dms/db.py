@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 
-from dms import embedded
+from dms import embedded, tenancy
 from dms.config import Settings, with_settings
 from dms.errors import ConfigurationError
 
@@ -53,8 +53,11 @@ def create_engine(
     ``settings`` (default: the environment's) are resolved here, once, and the engine carries
     them to everything it is given to (:func:`dms.config.settings_of`). Extra keyword arguments
     go to :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
-    ``connect_args={"prepare_threshold": None}``.
+    ``connect_args={"prepare_threshold": None}``. A pooled connection is replaced once it has
+    served :data:`~dms.tenancy.TENANTS_PER_CONNECTION` tenants (its server-side caches grow
+    with every tenant it touches).
     """
     settings = settings or Settings.from_env()
     engine = sa.create_engine(database_url(url, settings=settings), **kwargs)
+    tenancy.limit_tenants_per_connection(engine)
     return with_settings(engine, settings)

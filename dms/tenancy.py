@@ -6,6 +6,12 @@ tenants, schema and all). Routing is :func:`route`, which sets ``schema_translat
 connection's execution options: no ``SET search_path``, so a pooled connection carries nothing
 from one tenant to the next and the design works behind PgBouncer in transaction mode.
 
+A server connection keeps a cache entry for every table and index it has touched, and never
+lets go of one: a pooled connection that serves every tenant of a 10,000-tenant fleet grows by
+that much (bench/results/fleet.md). :func:`route` therefore counts the tenants each connection
+has served, and :func:`limit_tenants_per_connection` (which :func:`dms.create_engine` applies)
+replaces a connection at checkout once it has served :data:`TENANTS_PER_CONNECTION`.
+
 This module is the bottom of the tenant stack: :mod:`dms.migrations` and
 :mod:`dms.provisioning` build on it, and it imports neither. A registry that is not there (the
 database was never migrated) is :class:`~dms.errors.NotMigrated`, not a driver error.
@@ -21,14 +27,21 @@ from datetime import datetime
 
 import psycopg
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.exc import DisconnectionError, ProgrammingError
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from dms.config import SHARED_SCHEMA, Settings, settings_of
 from dms.errors import InvalidTenantName, NotMigrated, TenantExists, TenantNotFound
 from dms.schema.shared import TENANT_SLUG_PATTERN, tenants
 from dms.schema.tenant import USERS_SCHEMA
+
+#: A pooled connection that has served this many tenants is replaced at its next checkout.
+TENANTS_PER_CONNECTION = 500
+#: Where a connection's record keeps the tenants it has served (cleared with the connection).
+_SERVED = "dms.tenants_served"
 
 _SLUG = re.compile(TENANT_SLUG_PATTERN)
 _SCHEMA_PREFIX = "tenant_"
@@ -88,7 +101,22 @@ def route(conn: Connection, slug: str, settings: Settings | None = None) -> Conn
     """
     validate_slug(slug)  # before settings_of, which may read the environment
     routing = translate_map(slug, settings or settings_of(conn))
+    conn.connection.info.setdefault(_SERVED, set()).add(slug)
     return conn.execution_options(schema_translate_map=routing)
+
+
+def limit_tenants_per_connection(engine: Engine, limit: int = TENANTS_PER_CONNECTION) -> None:
+    """Replace a pooled connection of ``engine`` at checkout once it has served ``limit`` tenants.
+
+    Bounds what each server connection's caches hold (see the module's docstring); the price
+    is a new connection per ``limit`` tenants, and caches that start cold.
+    """
+
+    def checkout(dbapi_connection: object, record: ConnectionPoolEntry, proxy: object) -> None:
+        if len(record.info.get(_SERVED, ())) >= limit:
+            raise DisconnectionError(f"served {limit} tenants: replaced to free its caches")
+
+    event.listen(engine, "checkout", checkout)
 
 
 def set_lock_timeout(conn: Connection, settings: Settings | None = None) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.schema import CreateSchema, DropSchema
 
+import dms
 from dms import migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, UsersTableMissing
@@ -398,3 +399,50 @@ def test_bad_name_leaves_the_registry_unchanged(engine: Engine) -> None:
         provisioning.create_tenant(engine, "evil'); DROP TABLE dms.tenants; --")
 
     assert tenancy.list_tenants(engine) == before
+
+
+# --- connections that served many tenants -------------------------------------------------
+
+
+def test_a_connection_is_replaced_after_serving_its_share_of_tenants(
+    engine: Engine, two_tenants: tuple[str, str], new_tenant: Callable[[str], str]
+) -> None:
+    third = new_tenant(_slug())
+    provisioning.create_tenant(engine, third)
+    single = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
+    tenancy.limit_tenants_per_connection(single, limit=2)
+    backends = []
+    try:
+        for slug in (*two_tenants, two_tenants[0], third):
+            with single.connect() as raw:
+                routed = tenancy.route(raw, slug)
+                backends.append(routed.scalar(sa.select(sa.func.pg_backend_pid())))
+                assert _folder_names(routed) == []
+    finally:
+        single.dispose()
+
+    # The first connection served two tenants: at its next checkout it is replaced, and the
+    # new one serves the next two.
+    assert backends[0] == backends[1] != backends[2] == backends[3]
+
+
+def test_dms_engines_replace_a_connection_after_their_share_of_tenants(
+    database_url: URL,
+) -> None:
+    made = dms.create_engine(
+        database_url.render_as_string(hide_password=False), pool_size=1, max_overflow=0
+    )
+    try:
+        with made.connect() as raw:
+            first = raw.scalar(sa.select(sa.func.pg_backend_pid()))
+            for index in range(tenancy.TENANTS_PER_CONNECTION - 1):
+                tenancy.route(raw, f"served_{index}")  # routing alone runs no SQL
+        with made.connect() as raw:
+            still = raw.scalar(sa.select(sa.func.pg_backend_pid()))
+            tenancy.route(raw, "served_last")
+        with made.connect() as raw:
+            replaced = raw.scalar(sa.select(sa.func.pg_backend_pid()))
+    finally:
+        made.dispose()
+
+    assert first == still != replaced
