@@ -84,14 +84,18 @@ def downgrade(*, scope: MigrationScope) -> None:
 
 @dataclass
 class Figures:
-    """The figures of one fleet size."""
+    """The figures of one fleet size; written to the results as they come, with ``--write``."""
 
     tenants: int
+    jobs: int
+    write: bool
     rows: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, name: str, value: str) -> None:
         print(f"[{self.tenants}] {name}: {value}", flush=True)
         self.rows.append((name, value))
+        if self.write:
+            _write(self)
 
 
 def _env(url: URL) -> dict[str, str]:
@@ -200,8 +204,8 @@ def _serial_create(engine: Engine, figures: Figures) -> None:
     )
 
 
-def _run_size(server: URL, count: int, jobs: int) -> Figures:
-    figures = Figures(count)
+def _run_size(server: URL, count: int, jobs: int, write: bool) -> Figures:
+    figures = Figures(count, jobs, write)
     with temporary_database(server, prefix=f"dms_fleet_{count}") as url:
         engine = sa.create_engine(url, poolclass=sa.NullPool)
         create_users_stand_in(engine)
@@ -224,10 +228,10 @@ def _run_size(server: URL, count: int, jobs: int) -> Figures:
         )
         figures.add("dms status", f"{_timed(_dms('status'), url):.2f} s")
         figures.add("no-op dms migrate", f"{_timed(_dms('migrate'), url):.2f} s")
-        _additive_migration(url, jobs, figures)
         figures.add("dms check", f"{_timed(_dms('check'), url):.2f} s")
         slugs = [f"t{index:05d}" for index in range(count)]
         _connection_memory(url, slugs, figures)
+        _additive_migration(url, jobs, figures)
         took = _timed(_dms("tenants", "drop", "--all", "--yes", "--jobs", str(jobs)), url)
         figures.add(
             f"dms tenants drop --all --jobs {jobs}",
@@ -256,25 +260,28 @@ def _additive_migration(url: URL, jobs: int, figures: Figures) -> None:
         )
 
 
-def _write(results: list[Figures], jobs: int) -> None:
-    sizes = [figures.tenants for figures in results]
-    lines = [
-        "# Fleet benchmark",
-        "",
-        f"`python bench/fleet.py --tenants {' '.join(map(str, sizes))} --jobs {jobs} --write`, "
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, PostgreSQL "
-        "15 on this 2-core shared machine (other work running; see the load note below).",
-        "",
-        "| figure | " + " | ".join(f"{size:,} tenants" for size in sizes) + " |",
-        "|---|" + "---|" * len(sizes),
-    ]
-    names = [name for name, _ in results[0].rows]
-    for index, name in enumerate(names):
-        values = [
-            figures.rows[index][1] if index < len(figures.rows) else "" for figures in results
+def _write(figures: Figures) -> None:
+    """Replace this fleet size's section of the results; keep the other sizes' sections."""
+    heading = f"## {figures.tenants:,} tenants"
+    text = RESULTS.read_text() if RESULTS.exists() else "# Fleet benchmark\n"
+    preamble, *sections = text.split("\n## ")
+    kept = {"## " + part.split("\n", 1)[0]: "## " + part for part in sections}
+    kept[heading] = "\n".join(
+        [
+            heading,
+            "",
+            f"`python bench/fleet.py --tenants {figures.tenants} --jobs {figures.jobs} --write`, "
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, PostgreSQL 15, this 2-core machine "
+            f"shared with other work (load average {os.getloadavg()[0]:.1f} at the end).",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            *(f"| {name} | {value} |" for name, value in figures.rows),
+            "",
         ]
-        lines.append(f"| {name} | " + " | ".join(values) + " |")
-    RESULTS.write_text("\n".join(lines) + "\n")
+    )
+    ordered = sorted(kept, key=lambda title: int(title[3:].split()[0].replace(",", "")))
+    RESULTS.write_text(preamble.rstrip("\n") + "\n\n" + "\n".join(kept[t] for t in ordered))
 
 
 def main() -> None:
@@ -285,9 +292,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write bench/results/fleet.md")
     args = parser.parse_args()
     server = database_url(args.url)
-    results = [_run_size(server, count, args.jobs) for count in args.tenants]
-    if args.write:
-        _write(results, args.jobs)
+    for count in args.tenants:
+        _run_size(server, count, args.jobs, args.write)
 
 
 if __name__ == "__main__":
