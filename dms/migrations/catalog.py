@@ -16,15 +16,17 @@ Internal triggers (those of foreign keys) and the version table are left out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from dms.fleet.progress import NoProgress, Progress
 from dms.migrations.scripts import VERSION_TABLE
+from dms.migrations.versions import READ_CONNECTIONS
 
 #: Schemas read by one digest query.
 SCHEMAS_PER_QUERY = 250
@@ -253,14 +255,11 @@ def rows(conn: Connection, schema: str) -> tuple[CatalogRow, ...]:
     return tuple(sorted(CatalogRow(str(k), str(n), str(d)) for k, n, d in found))
 
 
-def fingerprints(
-    conn: Connection, schemas: Sequence[str], *, progress: Progress | None = None
-) -> dict[str, str]:
+def fingerprints(conn: Connection, schemas: Sequence[str]) -> dict[str, str]:
     """One digest per schema of ``schemas``: equal digests, equal catalogs (``""``: empty).
 
-    Runs one query per :data:`SCHEMAS_PER_QUERY` schemas; catalog reads take no locks.
+    One query per :data:`SCHEMAS_PER_QUERY` schemas; catalog reads take no locks.
     """
-    progress = progress or NoProgress()
     digests = dict.fromkeys(schemas, "")
     for start in range(0, len(schemas), SCHEMAS_PER_QUERY):
         chunk = list(schemas[start : start + SCHEMAS_PER_QUERY])
@@ -271,5 +270,33 @@ def fingerprints(
         digest = sa.func.md5(sa.func.string_agg(line, aggregate_order_by(separator, line)))
         query = sa.select(schema, digest).group_by(schema)
         digests.update({str(s): str(d) for s, d in conn.execute(query)})
-        progress.advance(steps=len(chunk))
+    return digests
+
+
+def fleet_fingerprints(
+    engine: Engine,
+    schemas: Sequence[str],
+    *,
+    connections: int = READ_CONNECTIONS,
+    progress: Progress | None = None,
+) -> dict[str, str]:
+    """:func:`fingerprints` of many schemas, ``connections`` queries at once.
+
+    The server's rendering of definitions is most of the cost, and it runs on every core.
+    """
+    progress = progress or NoProgress()
+    chunks = [
+        list(schemas[start : start + SCHEMAS_PER_QUERY])
+        for start in range(0, len(schemas), SCHEMAS_PER_QUERY)
+    ]
+
+    def digest(chunk: list[str]) -> dict[str, str]:
+        with engine.connect() as conn:
+            return fingerprints(conn, chunk)
+
+    digests: dict[str, str] = {}
+    with ThreadPoolExecutor(max(1, min(connections, len(chunks)))) as pool:
+        for chunk, found in zip(chunks, pool.map(digest, chunks), strict=True):
+            digests.update(found)
+            progress.advance(steps=len(chunk))
     return digests

@@ -22,11 +22,15 @@ from sqlalchemy.schema import CreateSchema
 from dms import tenancy
 from dms.config import settings_of
 from dms.fleet.progress import NoProgress, Progress
-from dms.migrations.catalog import CatalogRow, fingerprints, rows
+from dms.migrations.catalog import CatalogRow, fingerprints, fleet_fingerprints, rows
 from dms.migrations.environment import migrate_schema
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import read_versions, registered_schemas, tenant_schemas_in_catalog
+from dms.migrations.versions import (
+    read_fleet_versions,
+    registered_schemas,
+    tenant_schemas_in_catalog,
+)
 
 Change = Literal["missing", "unexpected", "differs"]
 
@@ -112,13 +116,13 @@ def check_drift(
         reference = _reference(conn, scripts)
         by_schema = registered_schemas(conn)
         present = tenant_schemas_in_catalog(conn)
-        conn.rollback()
-        versions = read_versions(conn, sorted(by_schema))
-        comparable = [s for s in sorted(by_schema) if s in present and versions[s] == head]
-        progress.begin(len(by_schema))
-        progress.advance(steps=len(by_schema) - len(comparable))
-        digests = fingerprints(conn, comparable, progress=progress)
-        progress.end()
+    versions = read_fleet_versions(engine, sorted(by_schema))
+    comparable = [s for s in sorted(by_schema) if s in present and versions[s] == head]
+    progress.begin(len(by_schema))
+    progress.advance(steps=len(by_schema) - len(comparable))
+    digests = fleet_fingerprints(engine, comparable, progress=progress)
+    progress.end()
+    with engine.connect() as conn:
         drifted = [
             _differences(conn, by_schema[schema], head, reference)
             for schema in comparable

@@ -45,7 +45,7 @@ from dms.migrations.environment import (
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import read_versions, registered_schemas
+from dms.migrations.versions import read_fleet_versions, read_versions, registered_schemas
 
 #: Below this many tenants to migrate, the default is this process alone: starting worker
 #: processes (about a second) would cost more than it saves.
@@ -249,10 +249,9 @@ class _Run:
     def _tenants(self, migration: TenantMigration, shared: TenantReport | None) -> FleetReport:
         with self.engine.connect() as conn:
             by_schema = registered_schemas(conn)
-            conn.rollback()
-            if self.tenant is not None:
-                by_schema = {tenancy.schema_name(self.tenant): self.tenant}
-            versions = read_versions(conn, sorted(by_schema))
+        if self.tenant is not None:
+            by_schema = {tenancy.schema_name(self.tenant): self.tenant}
+        versions = read_fleet_versions(self.engine, sorted(by_schema))
         before = {by_schema[schema]: revision for schema, revision in versions.items()}
         plan = sorted(slug for slug, revision in before.items() if revision != migration.target)
         skipped = [
