@@ -132,8 +132,11 @@ class FleetReport:
         if self.operation in ("create", "drop"):
             verb = "created" if self.operation == "create" else "dropped"
             return f"{done} of {len(self.tenants)} tenant(s) {verb} or already so, {left} not"
+        shared = ""
+        if self.operation == "downgrade" and self.shared is None and not left:
+            shared = " (the shared schema not yet)"
         return (
-            f"{done} of {len(self.tenants)} tenant(s) at {self.target or 'base'}, "
+            f"{done} of {len(self.tenants)} tenant(s) at {self.target or 'base'}{shared}, "
             f"{left} left as they were"
         )
 

@@ -34,7 +34,7 @@ from dms.errors import (
     TenantFailure,
     TenantNotFound,
 )
-from dms.fleet.pool import PoolResult, run_each
+from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
 from dms.migrations.environment import (
@@ -213,8 +213,17 @@ class _Run:
             shared = self._shared(migration, settings)
         report = self._tenants(migration, shared)
         if self.tenant is None and self.direction == "downgrade":
-            report = replace(report, shared=self._shared(migration, settings))
+            report = replace(report, shared=self._last_shared(migration, settings, report))
         return report
+
+    def _last_shared(
+        self, migration: TenantMigration, settings: Settings, report: FleetReport
+    ) -> TenantReport:
+        """The shared schema after every tenant went down; Ctrl-C there still has a report."""
+        try:
+            return self._shared(migration, settings)
+        except KeyboardInterrupt:
+            raise FleetInterrupted(replace(report, stopped=INTERRUPTED)) from None
 
     def _resolve(self, scripts: Scripts, settings: Settings, revision: str) -> str | None:
         """Check the users table and the tenant; the absolute target, before anything runs."""
