@@ -38,7 +38,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
-from dms import tenancy
+from dms import provisioning, tenancy
 from dms.domain import (
     Cursor,
     DocumentQuery,
@@ -172,7 +172,7 @@ def snapshot(conn: Connection) -> dict[str, tuple[int, str]]:
 @pytest.fixture(scope="module")
 def world(engine: Engine) -> Iterator[World]:
     slug = new_slug()
-    tenancy.create_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
     with engine.begin() as conn:
         user = create_user(conn, email=f"{uuid.uuid4().hex}@example.org", display_name="World")
     with UnitOfWork(engine, tenant=slug, user_id=user) as uow:
@@ -211,7 +211,7 @@ def world(engine: Engine) -> Iterator[World]:
         fields=fields,
         snapshot=state,
     )
-    tenancy.drop_tenant(engine, slug)
+    provisioning.drop_tenant(engine, slug)
 
 
 # --- what an example checks -------------------------------------------------------------------
@@ -1130,9 +1130,9 @@ def test_tenant_functions_refuse_a_bad_name_before_any_sql(
         return
     with sent_parameters(engine) as sent, engine.connect() as conn:
         with pytest.raises(InvalidTenantName):
-            tenancy.create_tenant(engine, name)
+            provisioning.create_tenant(engine, name)
         with pytest.raises(InvalidTenantName):
-            tenancy.drop_tenant(engine, name)
+            provisioning.drop_tenant(engine, name)
         with pytest.raises(InvalidTenantName):
             tenancy.get_tenant(conn, name)
     assert sent == []

@@ -18,7 +18,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ProgrammingError
 
-from dms import tenancy
+from dms import provisioning, tenancy
 from dms.domain import DocumentQuery
 from dms.errors import TenantNotFound
 from dms.schema import tenant as t
@@ -81,8 +81,8 @@ def test_first_use_of_an_unregistered_tenant_raises_tenant_not_found(
 
 def test_a_dropped_tenant_raises_tenant_not_found(engine: Engine, user_id: uuid.UUID) -> None:
     slug = new_slug()
-    tenancy.create_tenant(engine, slug)
-    tenancy.drop_tenant(engine, slug)
+    provisioning.create_tenant(engine, slug)
+    provisioning.drop_tenant(engine, slug)
 
     with UnitOfWork(engine, tenant=slug, user_id=user_id) as uow, pytest.raises(TenantNotFound):
         uow.folders.add(name="Too late")
