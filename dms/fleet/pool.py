@@ -26,6 +26,7 @@ in ``pg_stat_activity``, and to cancel.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -149,6 +150,7 @@ def _start_worker(setup: _WorkerSetup) -> None:
         settings=setup.settings,
         connect_args={"application_name": setup.application_name},
     )
+    atexit.register(_WORKER.engine.dispose)  # close the session cleanly when the pool ends
     threading.Thread(target=_exit_with_parent, name="dms-fleet-parent-watch", daemon=True).start()
 
 
