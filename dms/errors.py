@@ -17,7 +17,8 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     │   └── TenantExists            a tenant of that name is registered
     ├── InvariantViolation          the database refused a row (CHECK, trigger)
     ├── ConcurrentUpdate            optimistic-concurrency version was stale
-    └── LeaseLost                   a job's lease passed to another worker
+    ├── LeaseLost                   a job's lease passed to another worker
+    └── PermanentFailure            raised by a job handler: dead at once, no retry
 
 Not an error, so outside the tree: :class:`FleetInterrupted` is the ``KeyboardInterrupt`` of a
 fleet operation stopped by Ctrl-C (or SIGTERM), carrying the report of how far it got.
@@ -150,3 +151,7 @@ class ConcurrentUpdate(DmsError):
 
 class LeaseLost(DmsError):
     """The job's lease expired and another worker reclaimed it; nothing was changed."""
+
+
+class PermanentFailure(DmsError):
+    """The job cannot succeed however often it is retried; it goes to the dead letter at once."""

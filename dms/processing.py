@@ -2,24 +2,36 @@
 
 ``revision.verify`` reads a revision's bytes from the blob store, checks them against the
 recorded SHA-256 and size, and records the outcome on the document as metadata: ``Integrity``
-(``verified``, ``mismatch`` or ``missing``) and, for text files, a ``Preview`` of the first
+(``verified``, ``mismatch`` or ``missing``) and, for text, a ``Preview`` of the first
 characters. It runs in the unit of work of the job's tenant, so its writes commit together with
 the job's completion (exactly once) or not at all.
 
-Enqueue it in the transaction that adds the revision (:func:`enqueue_verification`): a rolled
-back upload takes its job with it, and the idempotency key makes a second enqueue a no-op.
+The preview is decoded from the bytes themselves, never from the declared type alone
+(:mod:`dms.content`): compressed files are previewed by their text, UTF-16 and legacy 8-bit
+texts are decoded, binary data gets no preview, and no NUL or invalid character ever reaches
+the database. A job that can never succeed (a payload without a revision, a tenant without the
+processing fields, a value the database refuses) raises
+:class:`~dms.errors.PermanentFailure` with its reason and goes to the dead letter at once
+instead of being retried. A job whose revision no longer exists (its document was purged) has
+nothing left to verify and is done.
+
+Enqueue it in the transaction that adds the revision (:func:`enqueue_verification`, or
+:func:`verification_jobs` with :func:`dms.jobs.enqueue_many` for a batch): a rolled back upload
+takes its job with it, and the idempotency key makes a second enqueue a no-op.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dms import jobs
+from dms.content import preview
 from dms.domain import FieldType, Revision
-from dms.errors import NotFound, ValidationError
-from dms.jobs import Enqueued, Handler, Job
+from dms.errors import NotFound, PermanentFailure, ValidationError
+from dms.jobs import Enqueued, Handler, Job, NewJob
 from dms.services import clear_value, define_field, set_value
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
@@ -29,6 +41,8 @@ INTEGRITY_FIELD = "Integrity"
 INTEGRITY_OUTCOMES = ("verified", "mismatch", "missing")
 PREVIEW_FIELD = "Preview"
 PREVIEW_CHARS = 200
+
+_log = logging.getLogger(__name__)
 
 
 def define_processing_fields(uow: UnitOfWork) -> None:
@@ -56,13 +70,30 @@ def enqueue_verification(uow: UnitOfWork, revision: Revision) -> Enqueued:
     )
 
 
+def verification_jobs(tenant: str, revision_ids: Iterable[uuid.UUID]) -> list[NewJob]:
+    """The verification jobs of ``revision_ids``, for :func:`dms.jobs.enqueue_many`.
+
+    The same payload and idempotency key as :func:`enqueue_verification`: a revision is
+    verified once however it was enqueued.
+    """
+    return [
+        NewJob(
+            kind=VERIFY_REVISION,
+            payload={"revision_id": str(revision_id)},
+            tenant=tenant,
+            idempotency_key=f"{VERIFY_REVISION}:{revision_id}",
+        )
+        for revision_id in revision_ids
+    ]
+
+
 def _revision_id(job: Job) -> uuid.UUID:
     payload = job.payload
     try:
         return uuid.UUID(str(payload["revision_id"]))
-    except (TypeError, KeyError, ValueError):
-        raise ValidationError(
-            f"job {job.id}: payload needs a revision_id, got {payload!r}"
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise PermanentFailure(
+            f"job {job.id}: payload needs a revision_id, got {payload!r:.200}"
         ) from None
 
 
@@ -77,28 +108,43 @@ def _outcome(store: LocalBlobStore, revision: Revision) -> tuple[str, str | None
     )
     if not intact:
         return "mismatch", None
-    if not revision.mime_type.startswith("text/"):
-        return "verified", None
-    return "verified", content[: PREVIEW_CHARS * 4].decode("utf-8", "replace")[:PREVIEW_CHARS]
+    return "verified", preview(content, revision.mime_type, chars=PREVIEW_CHARS)
 
 
 def verify_revision(store: LocalBlobStore) -> Handler:
     """The handler of ``revision.verify`` jobs, reading blobs from ``store``."""
 
     def handle(uow: UnitOfWork, job: Job, /) -> None:
-        revision = uow.revisions.get(_revision_id(job))
+        revision_id = _revision_id(job)
+        try:
+            revision = uow.revisions.get(revision_id)
+        except NotFound:
+            _log.info(
+                "job %s: revision %s is gone (purged): nothing to verify", job.id, revision_id
+            )
+            return
         document = uow.documents.get(revision.document_id, include_deleted=True)
         if document.current_revision_id != revision.id:
             return  # superseded: the document's metadata describes its current file only
-        outcome, preview = _outcome(store, revision)
-        set_value(uow, document.id, uow.metadata.get_field_by_name(INTEGRITY_FIELD).id, outcome)
-        preview_field = uow.metadata.get_field_by_name(PREVIEW_FIELD)
-        if preview:
-            set_value(uow, document.id, preview_field.id, preview)
-        else:
-            clear_value(uow, document.id, preview_field.id)
+        outcome, shown = _outcome(store, revision)
+        try:
+            _record(uow, document.id, outcome, shown)
+        except (NotFound, ValidationError) as exc:
+            # Retrying cannot change a missing field or a refused value: say why, once.
+            raise PermanentFailure(f"job {job.id}: revision {revision.id}: {exc}") from exc
 
     return handle
+
+
+def _record(uow: UnitOfWork, document_id: uuid.UUID, outcome: str, shown: str | None) -> None:
+    """Write the outcome and the preview (or clear an earlier preview) on the document."""
+    integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
+    preview_field = uow.metadata.get_field_by_name(PREVIEW_FIELD)
+    set_value(uow, document_id, integrity.id, outcome)
+    if shown:
+        set_value(uow, document_id, preview_field.id, shown)
+    else:
+        clear_value(uow, document_id, preview_field.id)
 
 
 def handlers(store: LocalBlobStore) -> Mapping[str, Handler]:

@@ -141,3 +141,62 @@ class MetadataField:
     def active_options(self) -> tuple[FieldOption, ...]:
         """Return the options that can still be chosen."""
         return tuple(option for option in self.options if not option.is_retired)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewFolder:
+    """A folder to create with others in one statement (``FolderRepository.add_many``)."""
+
+    name: str
+    parent_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewDocument:
+    """A document to create with others in one statement (``DocumentRepository.add_many``)."""
+
+    title: str
+    folder_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewRevision:
+    """A revision to append with others in one statement (``RevisionRepository.add_many``)."""
+
+    document_id: uuid.UUID
+    storage_key: str
+    sha256: str
+    size_bytes: int
+    mime_type: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Blob:
+    """A content-addressed blob of a tenant: the bytes of one SHA-256, stored once."""
+
+    storage_key: str
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportedEntry:
+    """Where an imported folder or document came from (a row of the import provenance).
+
+    ``source_name`` and ``source_path`` are the bytes the file system gave, whatever their
+    encoding; ``parent_id`` is the folder the entry was imported into (``None``: top level).
+    ``sha256`` is the content last imported (documents only). ``in_trash`` says whether the
+    folder or document is in the trash now.
+    """
+
+    id: uuid.UUID
+    parent_id: uuid.UUID | None
+    source_name: bytes
+    source_path: bytes
+    folder_id: uuid.UUID | None
+    document_id: uuid.UUID | None
+    sha256: str | None
+    imported_by: uuid.UUID
+    created_at: datetime
+    updated_at: datetime
+    in_trash: bool

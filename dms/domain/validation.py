@@ -206,6 +206,44 @@ def check_sha256(value: object) -> str:
     return value.lower()
 
 
+#: Longest MIME type accepted, parameters included.
+MIME_TYPE_MAX_CHARS = 255
+#: A type or subtype name (RFC 6838, section 4.2), once lowered.
+_MIME_NAME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+_MIME_PARAMETER_NAME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+_MIME_PARAMETER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
+
+
+def normalize_mime_type(mime_type: object) -> str:
+    """Return ``mime_type`` in its one stored spelling, or raise :class:`ValidationError`.
+
+    Types, subtypes and parameter names are case-insensitive (RFC 2045): ``text/SGML``, which
+    Python's :mod:`mimetypes` reads from the system's ``mime.types``, is ``text/sgml``.
+    Parameters keep their values and are joined with ``"; "``. Only printable ASCII is
+    accepted: a MIME type with anything else is not one.
+    """
+    if not isinstance(mime_type, str) or len(mime_type) > MIME_TYPE_MAX_CHARS:
+        raise ValidationError(
+            f"mime type must be a string of at most {MIME_TYPE_MAX_CHARS} "
+            f"characters, not {mime_type!r:.80}"
+        )
+    essence, *parameters = mime_type.split(";")
+    kind, slash, subtype = essence.strip().lower().partition("/")
+    if not slash or not _MIME_NAME.fullmatch(kind) or not _MIME_NAME.fullmatch(subtype):
+        raise ValidationError(f"mime type must look like 'type/subtype', not {mime_type!r}")
+    return "; ".join([f"{kind}/{subtype}", *(_mime_parameter(p, mime_type) for p in parameters)])
+
+
+def _mime_parameter(parameter: str, mime_type: str) -> str:
+    name, equals, value = parameter.strip().partition("=")
+    name, value = name.strip().lower(), value.strip()
+    if not equals or not _MIME_PARAMETER_NAME.fullmatch(name):
+        raise ValidationError(f"mime type {mime_type!r} has a malformed parameter {parameter!r}")
+    if not _MIME_PARAMETER_VALUE.fullmatch(value):
+        raise ValidationError(f"mime type {mime_type!r} has a malformed parameter {parameter!r}")
+    return f"{name}={value}"
+
+
 def check_value(field: MetadataField, value: object) -> MetadataValue:
     """Return ``value`` converted for ``field``, or raise :class:`ValidationError`.
 

@@ -8,15 +8,17 @@ values) come from the modules that own those tables; their fields come from the 
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Row
 
-from dms.domain import Cursor, Document, DocumentQuery, MetadataField, Page
+from dms.domain import Cursor, Document, DocumentQuery, MetadataField, NewDocument, Page
 from dms.domain.search import check_cursor, check_page_size, check_query
 from dms.domain.validation import (
     check_flag,
@@ -30,7 +32,7 @@ from dms.domain.validation import (
 from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound, ValidationError
 from dms.schema import tenant as t
 
-from . import _rows, folders, metadata, tags
+from . import _recordset, _rows, folders, metadata, tags
 from ._base import Repository
 from ._lock import LockTable
 from .errors import translated
@@ -56,6 +58,18 @@ def live_id(document_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
 def is_live(document_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
     """Return: ``document_id`` is the id of a live document."""
     return document_id.in_(sa.select(_d.c.id).where(_d.c.deleted_at.is_(None)))
+
+
+def live_ids(document_ids: Sequence[uuid.UUID]) -> sa.Select[tuple[uuid.UUID]]:
+    """Return: the ids of the live (not deleted) ones of ``document_ids``."""
+    return sa.select(_d.c.id).where(
+        _recordset.any_of(_d.c.id, document_ids), _d.c.deleted_at.is_(None)
+    )
+
+
+def is_trashed(document_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
+    """Return: ``document_id`` is the id of a document in the trash."""
+    return document_id.in_(sa.select(_d.c.id).where(_d.c.deleted_at.is_not(None)))
 
 
 def current_revision_of(document_id: uuid.UUID) -> sa.ScalarSelect[Any]:
@@ -319,6 +333,62 @@ class DocumentRepository(Repository):
             )
         return NotFound(f"document {document_id} is deleted")
 
+    def add_many(self, documents: Sequence[NewDocument]) -> list[uuid.UUID | None]:
+        """Create many documents in one statement; return their ids, one per input, in order.
+
+        Made for imports: only ids come back, no rows to decode. A result is ``None`` where a
+        live document of the folder already has the title (ignoring case), or an earlier one of
+        the same call took it: nothing is created for it and the others go on. Every folder must
+        be live, else :class:`NotFound` and nothing is created. No revision, tags or metadata
+        values: :func:`dms.services.create_document` does those for one document. No
+        savepoint: if the database refuses the statement, roll the unit of work back.
+        """
+        for document in documents:
+            check_name("document", document.title, max_chars=TITLE_MAX_CHARS)
+        self._lock_live_folders({d.folder_id for d in documents})
+        if not documents:
+            return []
+        rows = [{"title": d.title, "folder_id": d.folder_id} for d in documents]
+        with translated(self._conn, f"{len(documents)} documents", savepoint=False):
+            created = self._execute(
+                _add_many_statement(),
+                {"documents": _recordset.encode(rows), "created_by": self._actor()},
+            )
+            by_key = {(row.folder_id, row.title): row.id for row in created}
+        return [by_key.pop((d.folder_id, d.title), None) for d in documents]
+
+    def set_current_revisions(self, current: Mapping[uuid.UUID, uuid.UUID]) -> None:
+        """Point each document (key) at its revision (value), in one statement.
+
+        As :meth:`set_current_revision` for many documents: each revision must be one of its
+        document's own, and each document's version goes up by one.
+        """
+        if not current:
+            return
+        rows = [{"document_id": d, "revision_id": r} for d, r in sorted(current.items())]
+        with translated(self._conn, f"current revisions of {len(rows)} documents", savepoint=False):
+            updated = self._execute(
+                _set_current_statement(), {"current": _recordset.encode(rows)}
+            ).rowcount
+        if updated != len(rows):
+            raise NotFound(f"{len(rows) - updated} of {len(rows)} documents do not exist")
+
+    def titles_in(self, folder_id: uuid.UUID | None) -> list[str]:
+        """The titles of the live documents directly in ``folder_id`` (top level if ``None``)."""
+        folder = _d.c.folder_id.is_(None) if folder_id is None else _d.c.folder_id == folder_id
+        query = sa.select(_d.c.title).where(folder, _d.c.deleted_at.is_(None))
+        return list(self._execute(query).scalars())
+
+    def _lock_live_folders(self, folder_ids: set[uuid.UUID | None]) -> None:
+        # As _lock_live_folder, for many at once (see folders.lock_live_many).
+        wanted = sorted(i for i in folder_ids if i is not None)
+        if not wanted:
+            return
+        found = self._execute(folders.lock_live_many(wanted)).scalars().all()
+        missing = sorted(set(wanted) - set(found))
+        if missing:
+            raise NotFound(f"folder {missing[0]} does not exist")
+
     def _lock_live_folder(self, folder_id: uuid.UUID | None) -> None:
         # A document never lands in a folder that is going to the trash (see folders.lock_live).
         if folder_id is None:
@@ -382,3 +452,34 @@ def _page(rows: list[Any], limit: int) -> Page[Document]:
         return Page(items=items, next_cursor=None)
     last = rows[limit - 1]
     return Page(items=items, next_cursor=Cursor(title_key=last.title_key, id=last.id))
+
+
+@functools.cache
+def _add_many_statement() -> sa.Executable:
+    batch = _recordset.recordset("documents", [("title", sa.Text()), ("folder_id", sa.Uuid())])
+    rows = sa.select(batch.c.title, batch.c.folder_id, sa.bindparam("created_by", type_=sa.Uuid()))
+    return (
+        insert(_d)
+        .from_select(["title", "folder_id", "created_by"], rows)
+        .on_conflict_do_nothing(
+            index_elements=[_d.c.folder_id, sa.func.lower(_d.c.title)],
+            index_where=_d.c.deleted_at.is_(None),
+        )
+        .returning(_d.c.id, _d.c.folder_id, _d.c.title)
+    )
+
+
+@functools.cache
+def _set_current_statement() -> sa.Executable:
+    batch = _recordset.recordset(
+        "current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())]
+    )
+    return (
+        sa.update(_d)
+        .where(_d.c.id == batch.c.document_id)
+        .values(
+            current_revision_id=batch.c.revision_id,
+            version=_d.c.version + 1,
+            updated_at=sa.func.now(),
+        )
+    )

@@ -3,24 +3,27 @@
 The database refuses cycles and trees deeper than :data:`~dms.schema.tenant.MAX_FOLDER_DEPTH`
 (trigger ``folders_guard``); this module turns its refusals into clear errors. Other modules
 that need a condition on folders (a document's live folder, a search below a folder) take it
-from :func:`lock_live` and :func:`subtree_ids`.
+from :func:`lock_live`, :func:`lock_live_many`, :func:`is_trashed` and :func:`subtree_ids`.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Row
 
-from dms.domain import Folder
+from dms.domain import Folder, NewFolder
 from dms.domain.validation import check_flag, check_id, check_name, check_optional_id
 from dms.errors import InvariantViolation, NotFound
 from dms.schema import tenant as t
 
-from . import _rows
+from . import _recordset, _rows
 from ._base import Repository
 from .errors import ErrorFactory, translated
 
@@ -46,6 +49,24 @@ def lock_live(folder_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
         .where(_f.c.id == folder_id, _f.c.deleted_at.is_(None))
         .with_for_update(read=True)
     )
+
+
+def lock_live_many(folder_ids: Sequence[uuid.UUID]) -> sa.Select[tuple[uuid.UUID]]:
+    """Return: the ids of the live ones of ``folder_ids``, locked as :func:`lock_live` does.
+
+    In id order: two transactions locking overlapping sets never wait for each other crosswise.
+    """
+    return (
+        sa.select(_f.c.id)
+        .where(_recordset.any_of(_f.c.id, folder_ids), _f.c.deleted_at.is_(None))
+        .order_by(_f.c.id)
+        .with_for_update(read=True)
+    )
+
+
+def is_trashed(folder_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
+    """Return: ``folder_id`` is the id of a folder in the trash."""
+    return folder_id.in_(sa.select(_f.c.id).where(_f.c.deleted_at.is_not(None)))
 
 
 def subtree_ids(folder_id: uuid.UUID) -> sa.CTE:
@@ -219,6 +240,39 @@ class FolderRepository(Repository):
                 "restore that first"
             ) from None
 
+    def add_many(self, folders: Sequence[NewFolder]) -> list[uuid.UUID | None]:
+        """Create many folders in one statement; return their ids, one per input, in order.
+
+        Made for imports: only ids come back, no rows to decode. A result is ``None`` where a
+        live sibling already has the name (ignoring case), or an earlier folder of the same call
+        took it: nothing is created for it and the others go on. Parents must exist before the
+        call (create a tree level by level), live, or :class:`NotFound` is raised and nothing is
+        created. No savepoint: if the database refuses the statement, roll the unit of work
+        back.
+        """
+        for folder in folders:
+            check_name("folder", folder.name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
+        self._require_all_live({f.parent_id for f in folders} - {None})
+        if not folders:
+            return []
+        rows = [{"name": f.name, "parent_id": f.parent_id} for f in folders]
+        with translated(self._conn, f"{len(folders)} folders", savepoint=False):
+            created = self._execute(
+                _add_many_statement(),
+                {"folders": _recordset.encode(rows), "created_by": self._actor()},
+            )
+            by_key = {(row.parent_id, row.name): row.id for row in created}
+        return [by_key.pop((f.parent_id, f.name), None) for f in folders]
+
+    def _require_all_live(self, folder_ids: set[uuid.UUID | None]) -> None:
+        wanted = sorted(i for i in folder_ids if i is not None)
+        if not wanted:
+            return
+        found = self._execute(lock_live_many(wanted)).scalars().all()
+        missing = sorted(set(wanted) - set(found))
+        if missing:
+            raise NotFound(f"folder {missing[0]} does not exist")
+
     def _require_live(self, folder_id: uuid.UUID | None) -> None:
         if folder_id is None:
             return
@@ -256,3 +310,18 @@ def _parents_first(folders: list[Folder], root_id: uuid.UUID) -> list[Folder]:
         ordered.append(current)
         stack.extend(reversed(children.get(current.id, [])))
     return ordered
+
+
+@functools.cache
+def _add_many_statement() -> sa.Executable:
+    batch = _recordset.recordset("folders", [("name", sa.Text()), ("parent_id", sa.Uuid())])
+    rows = sa.select(batch.c.name, batch.c.parent_id, sa.bindparam("created_by", type_=sa.Uuid()))
+    return (
+        insert(_f)
+        .from_select(["name", "parent_id", "created_by"], rows)
+        .on_conflict_do_nothing(
+            index_elements=[_f.c.parent_id, sa.func.lower(_f.c.name)],
+            index_where=_f.c.deleted_at.is_(None),
+        )
+        .returning(_f.c.id, _f.c.parent_id, _f.c.name)
+    )

@@ -8,20 +8,27 @@ gap. Revisions are append-only; they go only with their document. Conditions on 
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
-from dms.domain import Revision
-from dms.domain.validation import check_id, check_revision, check_sha256
-from dms.errors import AlreadyExists, NotFound
+from dms.domain import NewRevision, Revision
+from dms.domain.validation import (
+    check_id,
+    check_revision,
+    check_sha256,
+    normalize_mime_type,
+)
+from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
 
-from . import _rows, documents
+from . import _recordset, _rows, documents
 from ._base import Repository
-from .errors import ErrorFactory, translated
+from .errors import translated
 
 _r = t.file_revisions
 COLUMNS = tuple(_r.c)
@@ -30,6 +37,11 @@ COLUMNS = tuple(_r.c)
 def revision(row: Row[Any]) -> Revision:
     """Return the revision in ``row``."""
     return _rows.build(Revision, row)
+
+
+def references(storage_key: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """Return: some revision's ``storage_key`` is ``storage_key`` (a blob is still in use)."""
+    return sa.exists().where(_r.c.storage_key == storage_key)
 
 
 class RevisionRepository(Repository):
@@ -47,19 +59,16 @@ class RevisionRepository(Repository):
         """Append the next revision of a live document and return it (numbered by the database).
 
         This does not move the document's current revision: see
-        :func:`dms.services.add_revision`, which does both.
+        :func:`dms.services.add_revision`, which does both. ``mime_type`` is stored normalised
+        (``text/SGML`` as ``text/sgml``).
         """
         check_id("document", document_id)
+        mime_type = normalize_mime_type(mime_type)
         check_revision(
             storage_key=storage_key, sha256=sha256, size_bytes=size_bytes, mime_type=mime_type
         )
         self._require_live_document(document_id)
-        refusals: dict[str, ErrorFactory] = {
-            "uq_file_revisions_storage_key": lambda: AlreadyExists(
-                f"storage key {storage_key!r} already belongs to a revision"
-            ),
-        }
-        with translated(self._conn, f"revision of document {document_id}", constraints=refusals):
+        with translated(self._conn, f"revision of document {document_id}"):
             row = self._execute(
                 sa.insert(_r)
                 .values(
@@ -108,6 +117,77 @@ class RevisionRepository(Repository):
         )
         return [revision(row) for row in rows]
 
+    def add_many(self, revisions: Sequence[NewRevision]) -> list[uuid.UUID]:
+        """Append the next revision of many live documents in one statement; return their ids.
+
+        At most one revision per document in a call. Every input is checked first, and every
+        document must be live: otherwise :class:`ValidationError` or :class:`NotFound`, and
+        nothing is written. MIME types are stored normalised. As with :meth:`add`, the
+        documents' current revisions do not move
+        (:meth:`.DocumentRepository.set_current_revisions` does that). No savepoint: if the
+        database refuses the statement, roll the unit of work back.
+        """
+        rows = [_checked(revision) for revision in revisions]
+        documents = [revision.document_id for revision in revisions]
+        if len(set(documents)) != len(documents):
+            raise ValidationError("add_many takes at most one revision per document")
+        if not rows:
+            return []
+        self._require_live_documents(documents)
+        with translated(self._conn, f"{len(rows)} revisions", savepoint=False):
+            added = self._execute(
+                _add_many_statement(),
+                {"revisions": _recordset.encode(rows), "uploaded_by": self._actor()},
+            )
+            by_document = {row.document_id: row.id for row in added}
+        return [by_document[document_id] for document_id in documents]
+
+    def _require_live_documents(self, document_ids: Sequence[uuid.UUID]) -> None:
+        live = set(self._execute(documents.live_ids(document_ids)).scalars())
+        missing = [document_id for document_id in document_ids if document_id not in live]
+        if missing:
+            raise NotFound(f"document {missing[0]} does not exist")
+
     def _require_live_document(self, document_id: uuid.UUID) -> None:
         if self._execute(documents.live_id(document_id)).one_or_none() is None:
             raise NotFound(f"document {document_id} does not exist")
+
+
+def _checked(revision: NewRevision) -> dict[str, object]:
+    mime_type = normalize_mime_type(revision.mime_type)
+    check_revision(
+        storage_key=revision.storage_key,
+        sha256=revision.sha256,
+        size_bytes=revision.size_bytes,
+        mime_type=mime_type,
+    )
+    return {
+        "document_id": revision.document_id,
+        "storage_key": revision.storage_key,
+        "sha256": revision.sha256,
+        "size_bytes": revision.size_bytes,
+        "mime_type": mime_type,
+    }
+
+
+@functools.cache
+def _add_many_statement() -> sa.Executable:
+    batch = _recordset.recordset(
+        "revisions",
+        [
+            ("document_id", sa.Uuid()),
+            ("storage_key", sa.Text()),
+            ("sha256", sa.Text()),
+            ("size_bytes", sa.BigInteger()),
+            ("mime_type", sa.Text()),
+        ],
+    )
+    columns = ["document_id", "storage_key", "sha256", "size_bytes", "mime_type"]
+    rows = sa.select(
+        *(batch.c[name] for name in columns), sa.bindparam("uploaded_by", type_=sa.Uuid())
+    )
+    return (
+        sa.insert(_r)
+        .from_select([*columns, "uploaded_by"], rows)
+        .returning(_r.c.id, _r.c.document_id)
+    )

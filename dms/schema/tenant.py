@@ -14,7 +14,11 @@ a migration, a hand-written ``psql`` session) can break it:
   the folder tree has no cycles and at most :data:`MAX_FOLDER_DEPTH` levels (trigger
   ``folders_guard``);
 * a metadata value fills exactly the column of its field's type (CHECK over a copy of the type
-  that a composite foreign key keeps equal to the field's).
+  that a composite foreign key keeps equal to the field's);
+* a content-addressed blob's key ends with its own SHA-256, and revisions may share a storage
+  key (identical bytes are stored once: :mod:`dms.blobs`);
+* an imported file or folder is recorded once per source name and target folder
+  (``import_provenance``), which is what makes an interrupted import resumable.
 """
 
 from __future__ import annotations
@@ -157,7 +161,6 @@ file_revisions = sa.Table(
     _created_at(),
     sa.UniqueConstraint("document_id", "revision_no"),
     sa.UniqueConstraint("document_id", "id"),
-    sa.UniqueConstraint("storage_key"),
     sa.CheckConstraint("revision_no >= 1", name="revision_no_positive"),
     sa.CheckConstraint("size_bytes >= 0", name="size_not_negative"),
     sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
@@ -168,6 +171,58 @@ file_revisions = sa.Table(
 )
 sa.Index("ix_file_revisions_sha256", file_revisions.c.sha256)
 sa.Index("ix_file_revisions_uploaded_by", file_revisions.c.uploaded_by)
+# Not unique: revisions with identical bytes share one content-addressed blob (migration
+# 0004). The index answers "is this blob still referenced?".
+sa.Index("ix_file_revisions_storage_key", file_revisions.c.storage_key)
+
+#: Content-addressed blobs of the tenant: one row per distinct content that some revision
+#: referenced. The row is what writers lock (``dms.blobs``): a blob is deleted only by a
+#: transaction that holds its row and sees no revision using it.
+blobs = sa.Table(
+    "blobs",
+    metadata,
+    sa.Column("storage_key", sa.Text, primary_key=True),
+    sa.Column("sha256", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    _created_at(),
+    sa.Column(
+        "claimed_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+    sa.CheckConstraint("size_bytes >= 0", name="size_not_negative"),
+    sa.CheckConstraint("right(storage_key, 65) = '/' || sha256", name="key_is_content_address"),
+)
+
+#: Where imported folders and documents came from: the raw bytes of the source name (file
+#: names need not be UTF-8), the target folder, and for documents the SHA-256 last imported.
+import_provenance = sa.Table(
+    "import_provenance",
+    metadata,
+    _id(),
+    sa.Column("parent_id", sa.Uuid, sa.ForeignKey("folders.id", ondelete="CASCADE")),
+    sa.Column("source_name", sa.LargeBinary, nullable=False),
+    sa.Column("source_path", sa.LargeBinary, nullable=False),
+    sa.Column("folder_id", sa.Uuid, sa.ForeignKey("folders.id", ondelete="CASCADE")),
+    sa.Column("document_id", sa.Uuid, sa.ForeignKey("documents.id", ondelete="CASCADE")),
+    sa.Column("sha256", sa.Text),
+    _user_fk("imported_by"),
+    _created_at(),
+    _updated_at(),
+    sa.CheckConstraint("num_nonnulls(folder_id, document_id) = 1", name="one_entry"),
+    sa.CheckConstraint("(document_id IS NULL) = (sha256 IS NULL)", name="documents_have_sha256"),
+    sa.CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+    sa.CheckConstraint("octet_length(source_name) BETWEEN 1 AND 1024", name="source_name_valid"),
+)
+sa.Index(
+    "uq_import_provenance_source",
+    import_provenance.c.parent_id,
+    import_provenance.c.source_name,
+    unique=True,
+    postgresql_nulls_not_distinct=True,
+)
+sa.Index("uq_import_provenance_folder_id", import_provenance.c.folder_id, unique=True)
+sa.Index("uq_import_provenance_document_id", import_provenance.c.document_id, unique=True)
+sa.Index("ix_import_provenance_imported_by", import_provenance.c.imported_by)
 
 tags = sa.Table(
     "tags",

@@ -83,6 +83,20 @@ def _revision(w: World) -> dict[str, Any]:
     }
 
 
+def _provenance(w: World, **entry: Any) -> dict[str, Any]:
+    # A fresh source name each time: (parent, source name) is unique.
+    defaults = {"folder_id": None, "document_id": None, "sha256": None, "parent_id": None}
+    if entry.get("folder_id") is None and entry.get("document_id") is None:
+        entry["folder_id"] = w["folder"]
+    return {
+        **defaults,
+        "source_name": uuid.uuid4().bytes,
+        "source_path": b"/srv/share",
+        "imported_by": w["user"],
+        **entry,
+    }
+
+
 @dataclass(frozen=True)
 class FkCase:
     """A valid row of ``table`` (``row``) and the columns that ``constraint`` guards."""
@@ -208,6 +222,30 @@ FK_CASES = [
             "option_id": w["multi_option"],
         },
         ("document_id",),
+    ),
+    FkCase(
+        "fk_import_provenance_parent_id_folders",
+        t.import_provenance,
+        lambda w: _provenance(w, parent_id=w["folder"]),
+        ("parent_id",),
+    ),
+    FkCase(
+        "fk_import_provenance_folder_id_folders",
+        t.import_provenance,
+        lambda w: _provenance(w, folder_id=w["folder"]),
+        ("folder_id",),
+    ),
+    FkCase(
+        "fk_import_provenance_document_id_documents",
+        t.import_provenance,
+        lambda w: _provenance(w, document_id=w["document"], sha256="0" * 64),
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_import_provenance_imported_by_users",
+        t.import_provenance,
+        lambda w: _provenance(w, folder_id=w["folder"]),
+        ("imported_by",),
     ),
     FkCase(
         "fk_document_metadata_choices_option",

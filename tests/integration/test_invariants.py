@@ -362,19 +362,33 @@ def test_malformed_sha256_is_refused(
     )
 
 
-def test_duplicate_storage_key_is_refused(
+def test_revisions_with_identical_bytes_may_share_a_storage_key(
     tenant_conn: Connection, user_id: uuid.UUID, document: Row
 ) -> None:
+    """Issue 15: one content-addressed blob serves every revision that has its bytes."""
     other = DocumentFactory(conn=tenant_conn, created_by=user_id)
     existing = RevisionFactory(conn=tenant_conn, document_id=other["id"], uploaded_by=user_id)
-    values = _revision_values(document["id"], user_id, storage_key=existing["storage_key"])
+    values = _revision_values(
+        document["id"], user_id, storage_key=existing["storage_key"], sha256=existing["sha256"]
+    )
 
+    tenant_conn.execute(sa.insert(t.file_revisions).values(**values))
+
+    sharing = tenant_conn.scalar(
+        sa.select(sa.func.count()).where(t.file_revisions.c.storage_key == existing["storage_key"])
+    )
+    assert sharing == 2
+
+
+def test_blob_key_must_end_with_its_own_hash(tenant_conn: Connection) -> None:
     assert_refused(
         tenant_conn,
-        sa.insert(t.file_revisions).values(**values),
-        UniqueViolation,
-        "uq_file_revisions_storage_key",
-        tables=[t.file_revisions],
+        sa.insert(t.blobs).values(
+            storage_key="acme/sha256/aa/" + "a" * 64, sha256="b" * 64, size_bytes=1
+        ),
+        CheckViolation,
+        "ck_blobs_key_is_content_address",
+        tables=[t.blobs],
     )
 
 
@@ -501,6 +515,7 @@ def test_primary_keys_are_uuids(tenant_conn: Connection, tenant: str) -> None:
         "tags",
         "metadata_fields",
         "metadata_field_options",
+        "import_provenance",
     }
     assert {row.data_type for row in rows} == {"uuid"}
 

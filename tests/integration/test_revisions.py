@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms.domain import Revision
-from dms.errors import AlreadyExists, NotFound, ValidationError
+from dms.errors import NotFound, ValidationError
 from dms.services import add_revision
 from dms.uow import UnitOfWork
 
@@ -88,14 +88,22 @@ def test_bad_revision_input(uow: UnitOfWork, field: str, value: object) -> None:
         assert uow.revisions.history(doc.id) == []
 
 
-def test_storage_key_is_unique(uow: UnitOfWork) -> None:
+def test_revisions_may_share_a_storage_key(uow: UnitOfWork) -> None:
     with uow:
         doc = uow.documents.add(title="A.txt")
         kwargs = {"storage_key": "k", "sha256": digest("x"), "size_bytes": 1, "mime_type": "a/b"}
         add_revision(uow, doc.id, **kwargs)  # type: ignore[arg-type]
-        with pytest.raises(AlreadyExists, match="'k'"):
-            add_revision(uow, doc.id, **kwargs)  # type: ignore[arg-type]
-        assert len(uow.revisions.history(doc.id)) == 1
+        add_revision(uow, doc.id, **kwargs)  # type: ignore[arg-type]
+        assert [r.storage_key for r in uow.revisions.history(doc.id)] == ["k", "k"]
+
+
+def test_mime_types_are_stored_normalised(uow: UnitOfWork) -> None:
+    with uow:
+        doc = uow.documents.add(title="table.sgml")
+        revision = add_revision(
+            uow, doc.id, storage_key="k", sha256=digest("x"), size_bytes=1, mime_type="text/SGML"
+        )
+        assert revision.mime_type == "text/sgml"
 
 
 def test_revision_of_unknown_or_deleted_document(uow: UnitOfWork) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import time
 import uuid
@@ -12,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.domain import Document, MetadataField, Revision
-from dms.errors import NotFound, ValidationError
+from dms.errors import NotFound, PermanentFailure, ValidationError
 from dms.jobs import JobState, Worker
 from dms.processing import (
     INTEGRITY_FIELD,
@@ -175,15 +176,84 @@ def test_rolled_back_upload_takes_its_job_with_it(
         jobs.get(conn, enqueued.job_id)
 
 
-def test_payload_without_revision_is_a_validation_error(
-    engine: Engine, tenant: str, store: LocalBlobStore
+@pytest.mark.parametrize("payload", [{"revision": "?"}, {"revision_id": "not a uuid"}, [1]])
+def test_payload_without_revision_fails_for_good(
+    engine: Engine, tenant: str, store: LocalBlobStore, payload: object
 ) -> None:
     with UnitOfWork(engine, tenant=tenant) as uow:
-        jobs.enqueue(uow, VERIFY_REVISION, {"revision": "?"}, tenant=tenant)
+        jobs.enqueue(uow, VERIFY_REVISION, payload, tenant=tenant)
         claimed = jobs.dequeue(uow, "test", kinds=[VERIFY_REVISION], limit=50)
         [job] = [j for j in claimed if j.tenant == tenant]
-        with pytest.raises(ValidationError, match="revision_id"):
+        with pytest.raises(PermanentFailure, match="revision_id"):
             verify_revision(store)(uow, job)
+
+
+def test_tenant_without_processing_fields_fails_for_good_with_its_reason(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    stored = store.put(f"{tenant}/fieldless", b"x")
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        document = create_document(uow, title="No fields")
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=stored.storage_key,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            mime_type="text/plain",
+        )
+        enqueue_verification(uow, revision)
+        claimed = jobs.dequeue(uow, "test", kinds=[VERIFY_REVISION], limit=50)
+        [job] = [j for j in claimed if j.tenant == tenant]
+        with pytest.raises(PermanentFailure, match="Integrity"):
+            verify_revision(store)(uow, job)
+
+
+def test_job_of_a_purged_revision_has_nothing_to_do(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document, _ = _upload(engine, tenant, user_id, store, b"soon purged")
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        uow.documents.purge(document.id)
+        uow.commit()
+    _run(engine, tenant, store)  # raises if the handler does
+    with engine.connect() as conn:
+        stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)
+    assert (stats.total(JobState.DONE), stats.total(JobState.QUEUED)) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # The failures of issue 15: gzip typed text/plain, UTF-16, NUL bytes.
+        (gzip.compress(b"man page text\n" * 30), "text/plain", "man page text\nman page text"),
+        ("UTF-16 text: héllo\n".encode("utf-16"), "text/plain", "UTF-16 text: héllo\n"),
+        ("no BOM, little-endian".encode("utf-16-le"), "text/plain", "no BOM, little-endian"),
+        (b"binary\x00\x01\x02\x03" * 50, "text/plain", None),
+        ("café, Latin-1".encode("latin-1"), "text/x-c", "café, Latin-1"),
+        (b"B\x08Bo\x08ol\x08ld\x08d and \x1b[1mcolour\x1b[0m", "text/plain", "Bold and colour"),
+        (gzip.compress(b"inside a .gz")[:12], "application/gzip", "i"),  # cut short
+        (b"\x1f\x8b\x08\x00" + b"\xff" * 40, "application/gzip", None),  # corrupt
+        (b"%PDF-1.7 text-like", "application/pdf", None),
+    ],
+)
+def test_previews_come_from_the_bytes_and_hold_no_nul(
+    engine: Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    store: LocalBlobStore,
+    case: tuple[bytes, str, str | None],
+) -> None:
+    content, mime_type, expected = case
+    document, _ = _upload(engine, tenant, user_id, store, content, mime_type=mime_type)
+    _run(engine, tenant, store)
+    values = _values(engine, tenant, document)
+
+    assert values[INTEGRITY_FIELD] == "verified"
+    assert (PREVIEW_FIELD in values) == (expected is not None)
+    shown = str(values.get(PREVIEW_FIELD, ""))
+    assert shown.startswith(expected or "")
+    assert "\x00" not in shown
 
 
 def test_worker_processes_uploads_end_to_end(
@@ -205,9 +275,31 @@ def test_worker_processes_uploads_end_to_end(
 
 
 def test_blob_keys_cannot_escape_the_store(store: LocalBlobStore) -> None:
-    for key in ("../outside", "/etc/passwd", "a/../../b", ".hidden", ""):
+    for key in ("../outside", "/etc/passwd", "a/../../b", "a//b", "a/.", "", "a/\x00", "a/\udcff"):
         with pytest.raises(ValidationError):
             store.put(key, b"x")
+    assert list(store.root.parent.glob("outside")) == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "acme/with space + plus@at.txt",
+        "acme/.hidden",
+        "acme/100%",
+        "acme/a\\b:c*?",
+        "acme/é" * 3,
+        "acme/" + "é" * 250,
+    ],
+)
+def test_keys_of_real_paths_round_trip_inside_the_store(store: LocalBlobStore, key: str) -> None:
+    store.put(key, key.encode())
+
+    assert store.read(key) == key.encode()
+    path = store.path_of(key)
+    assert path.is_relative_to(store.root)
+    assert not any(part.startswith(".") for part in path.relative_to(store.root).parts)
+    assert all(len(part.encode()) <= 255 for part in path.parts)
 
 
 def test_stored_blob_reports_its_digest(store: LocalBlobStore) -> None:

@@ -22,6 +22,7 @@ from dms.domain.validation import (
     check_revision,
     check_value,
     from_json,
+    normalize_mime_type,
     to_json,
 )
 from dms.errors import ValidationError
@@ -238,3 +239,24 @@ def test_good_revision_passes() -> None:
 def test_bad_revisions(key: str, value: object, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         check_revision(**{**GOOD_REVISION, key: value})
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("text/SGML", "text/sgml"),
+        (" Text/Plain ;Charset=UTF-8", "text/plain; charset=UTF-8"),
+        ("application/vnd.MS-Excel", "application/vnd.ms-excel"),
+        ("application/x-apple_diskimage", "application/x-apple_diskimage"),
+    ],
+)
+def test_mime_types_are_normalised(given: str, stored: str) -> None:
+    assert normalize_mime_type(given) == stored
+
+
+@pytest.mark.parametrize(
+    "given", ["pdf", "text/", "/plain", "text/plain;charset", "téxt/plain", "text/pl\x00in", None]
+)
+def test_malformed_mime_types_are_refused(given: object) -> None:
+    with pytest.raises(ValidationError, match="mime type"):
+        normalize_mime_type(given)

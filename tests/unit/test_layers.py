@@ -33,6 +33,8 @@ OWNED_TABLES = {
         "document_metadata",
         "document_metadata_choices",
     },
+    "dms.repositories.blobs": {"blobs"},
+    "dms.repositories.imports": {"import_provenance"},
 }
 #: Tables a module names without owning them, each with the reason given in its docstring.
 BORROWED_TABLES = {
@@ -50,6 +52,8 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.folders": set(),
     "dms.repositories.metadata": set(),
     "dms.repositories.tags": set(),
+    "dms.repositories.blobs": {"dms.repositories.revisions"},
+    "dms.repositories.imports": {"dms.repositories.documents", "dms.repositories.folders"},
 }
 
 

@@ -54,7 +54,15 @@ EXPECTED = [
     "upgrade",
 ]
 
-PACKAGES = ["dms", "dms.cli", "dms.domain", "dms.jobs", "dms.services", "dms.testing"]
+PACKAGES = [
+    "dms",
+    "dms.cli",
+    "dms.domain",
+    "dms.importing",
+    "dms.jobs",
+    "dms.services",
+    "dms.testing",
+]
 
 
 def test_dms_exports_exactly_the_expected_names() -> None:

@@ -1,0 +1,173 @@
+"""Content-addressed blobs of a tenant: stored once, shared by revisions, released safely.
+
+Identical bytes of one tenant are one blob, under :func:`~dms.storage.content_key` (the
+tenant and the SHA-256: why per tenant is said there), shared by every revision that has them.
+The tenant's ``blobs`` table registers each such blob; its row is the lock that keeps a blob
+from being deleted while a transaction starts to reference it:
+
+* **storing** (:func:`store_contents`), inside the writer's unit of work: claim the rows
+  (upsert, locked until the writer commits), then write the files that are missing, then add
+  the revisions. The file check comes after the claim: a file seen then cannot vanish before
+  the writer commits;
+* **purging** (:func:`purge_document`): a document in the trash is deleted for good with its
+  revisions, in the caller's unit of work; its blobs stay until released;
+* **releasing** (:func:`release_blobs`), in a transaction of its own after the purge
+  committed: lock the rows (waiting for any writer that claimed them), then, in a new
+  statement whose snapshot sees that writer's revisions, delete the rows that no revision
+  references, delete their files, and commit.
+
+The race this closes: a release that checked "no revision uses this blob" just before an
+import of the same bytes added one, and deleted the file under it. Here the import holds the
+row from before its file check until its commit, and the release checks only once it holds
+the row. If a release dies after deleting a file but before its commit, its row survives with
+no file and no reference; the next writer of those bytes finds the file missing and writes it.
+A writer that dies after writing a file but before committing leaves a file without a row:
+storage that nothing references, never a reference to nothing.
+
+Only writers that go through :func:`store_contents` take part: a revision added with
+:func:`dms.services.add_revision` under a content-addressed key that it did not claim is not
+protected. Keys that are not content-addressed (``acme/<document id>/2``) are not registered
+and never released here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+
+from dms.config import Settings
+from dms.domain import Blob
+from dms.errors import InvariantViolation
+from dms.repositories.blobs import BlobRepository
+from dms.storage import Content, LocalBlobStore, content_key
+from dms.uow import UnitOfWork
+
+#: Blobs released per transaction by :func:`release_blobs` when sweeping.
+RELEASE_BATCH = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredContents:
+    """What :func:`store_contents` did: each SHA-256's key, and how many files it wrote."""
+
+    keys: dict[str, str]
+    written: int
+    already_stored: int
+
+
+def blobs_of(uow: UnitOfWork) -> BlobRepository:
+    """The blob registry of the unit of work's tenant, on its connection."""
+    return BlobRepository(uow.connection, tenant=uow.tenant, user_id=uow.user_id)
+
+
+def store_contents(
+    uow: UnitOfWork, store: LocalBlobStore, contents: Sequence[Content]
+) -> StoredContents:
+    """Make every content's blob exist and keep it until the unit of work ends.
+
+    :func:`claim_contents`, then :func:`write_contents`: the blobs' rows are locked until
+    commit or rollback, then the files that are missing are written in one durable batch.
+    Staged contents are consumed: moved into place, or removed when their blob was already
+    stored.
+    """
+    return write_contents(store, claim_contents(uow, contents), contents)
+
+
+def claim_contents(uow: UnitOfWork, contents: Sequence[Content]) -> dict[str, str]:
+    """Claim the blob of each content for the unit of work; return each SHA-256's key."""
+    unique = {content.sha256: content for content in contents}
+    keys = {sha256: content_key(uow.tenant, sha256) for sha256 in unique}
+    blobs_of(uow).claim(
+        Blob(storage_key=keys[sha256], sha256=sha256, size_bytes=content.size_bytes)
+        for sha256, content in unique.items()
+    )
+    return keys
+
+
+def write_contents(
+    store: LocalBlobStore, keys: dict[str, str], contents: Sequence[Content]
+) -> StoredContents:
+    """Write the claimed contents whose files are missing (after :func:`claim_contents`)."""
+    unique: dict[str, Content] = {}
+    for content in contents:
+        if content.sha256 in unique:
+            store.discard(content)
+        else:
+            unique[content.sha256] = content
+    missing: list[tuple[str, Content]] = []
+    for sha256, content in unique.items():
+        if store.exists(keys[sha256]):
+            store.discard(content)
+        else:
+            missing.append((keys[sha256], content))
+    store.put_many(missing)
+    return StoredContents(
+        keys=keys, written=len(missing), already_stored=len(unique) - len(missing)
+    )
+
+
+def purge_document(uow: UnitOfWork, document_id: uuid.UUID) -> list[str]:
+    """Delete a document in the trash for good, with its revisions; return their storage keys.
+
+    Raises :class:`~dms.errors.InvariantViolation` for a document that is not in the trash
+    (delete it first), :class:`~dms.errors.NotFound` for an unknown one. The blobs stay: pass
+    the keys to :func:`release_blobs` once this unit of work has committed.
+    """
+    document = uow.documents.get(document_id, include_deleted=True)
+    if document.deleted_at is None:
+        raise InvariantViolation(
+            f"document {document_id} is not in the trash: delete it before purging it"
+        )
+    keys = sorted({revision.storage_key for revision in uow.revisions.history(document_id)})
+    uow.documents.purge(document_id)
+    return keys
+
+
+def release_blobs(
+    engine: Engine,
+    *,
+    tenant: str,
+    store: LocalBlobStore,
+    storage_keys: Iterable[str] | None = None,
+    settings: Settings | None = None,
+) -> list[str]:
+    """Delete the registered blobs among ``storage_keys`` that no revision references.
+
+    Without ``storage_keys``, every unreferenced blob of the tenant (a sweep, in transactions
+    of :data:`RELEASE_BATCH`). Returns the keys whose rows and files were deleted. Blobs that a
+    concurrent transaction is claiming are waited for, and kept if it references them.
+    """
+    if storage_keys is not None:
+        return _release(engine, tenant, store, list(storage_keys), settings)
+    released: list[str] = []
+    while True:
+        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+            candidates = blobs_of(uow).unreferenced(limit=RELEASE_BATCH)
+        if not candidates:
+            return released
+        batch = _release(engine, tenant, store, candidates, settings)
+        released.extend(batch)
+        if not batch:  # all of them were claimed again meanwhile
+            return released
+
+
+def _release(
+    engine: Engine,
+    tenant: str,
+    store: LocalBlobStore,
+    keys: list[str],
+    settings: Settings | None,
+) -> list[str]:
+    with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+        registry = blobs_of(uow)
+        locked = registry.lock(keys)
+        released = registry.delete_unreferenced(locked)
+        # Before the commit, while the rows are locked: a writer waiting for them finds the
+        # file gone and writes it again.
+        for key in released:
+            store.delete(key)
+        uow.commit()
+    return released

@@ -1,0 +1,198 @@
+"""Content-addressed blobs: purged documents release the blobs no revision shares, safely."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.blobs import blobs_of, purge_document, release_blobs, store_contents
+from dms.domain import NewRevision
+from dms.errors import InvariantViolation
+from dms.services import add_revision, create_document
+from dms.storage import Content, LocalBlobStore
+from dms.uow import UnitOfWork
+from tests.importing.conftest import digest
+
+
+def _content(data: bytes) -> Content:
+    return Content(sha256=digest(data), size_bytes=len(data), data=data)
+
+
+def _upload(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, data: bytes
+) -> tuple[uuid.UUID, str]:
+    """A document whose one revision has ``data``, stored content-addressed."""
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        key = store_contents(uow, store, [_content(data)]).keys[digest(data)]
+        document = create_document(uow, title=f"{uuid.uuid4().hex}.txt")
+        add_revision(
+            uow,
+            document.id,
+            storage_key=key,
+            sha256=digest(data),
+            size_bytes=len(data),
+            mime_type="text/plain",
+        )
+        uow.commit()
+    return document.id, key
+
+
+def _trash_and_purge(engine: Engine, tenant: str, document_id: uuid.UUID) -> list[str]:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        document = uow.documents.get(document_id)
+        uow.documents.soft_delete(document_id, version=document.version)
+        keys = purge_document(uow, document_id)
+        uow.commit()
+    return keys
+
+
+def _registered(engine: Engine, tenant: str, key: str) -> bool:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        return blobs_of(uow).get(key) is not None
+
+
+def test_shared_blob_stays_until_its_last_revision_is_purged(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    first, key = _upload(engine, tenant, user_id, store, b"shared bytes")
+    second, same_key = _upload(engine, tenant, user_id, store, b"shared bytes")
+
+    kept = release_blobs(
+        engine, tenant=tenant, store=store, storage_keys=_trash_and_purge(engine, tenant, first)
+    )
+    still_there = store.read(key)
+    released = release_blobs(
+        engine, tenant=tenant, store=store, storage_keys=_trash_and_purge(engine, tenant, second)
+    )
+
+    assert same_key == key
+    assert kept == []
+    assert still_there == b"shared bytes"
+    assert released == [key]
+    assert not store.exists(key)
+    assert not _registered(engine, tenant, key)
+
+
+def test_a_sweep_releases_every_unreferenced_blob(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    gone, gone_key = _upload(engine, tenant, user_id, store, b"purged")
+    _, kept_key = _upload(engine, tenant, user_id, store, b"kept")
+    _trash_and_purge(engine, tenant, gone)
+
+    assert release_blobs(engine, tenant=tenant, store=store) == [gone_key]
+    assert store.exists(kept_key)
+    assert release_blobs(engine, tenant=tenant, store=store) == []
+
+
+def test_purging_a_live_document_is_refused_and_changes_nothing(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    document_id, key = _upload(engine, tenant, user_id, store, b"live")
+    with UnitOfWork(engine, tenant=tenant) as uow, pytest.raises(InvariantViolation, match="trash"):
+        purge_document(uow, document_id)
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert uow.documents.get(document_id).current_revision_id is not None
+    assert store.read(key) == b"live"
+
+
+def _lock_waits(engine: Engine, tenant: str) -> int:
+    """Sessions of this database waiting for a row lock right now."""
+    activity = sa.table(
+        "pg_stat_activity",
+        sa.column("datname"),
+        sa.column("wait_event_type"),
+        sa.column("wait_event"),
+    )
+    with engine.connect() as conn:
+        return int(
+            conn.scalar(
+                sa.select(sa.func.count()).where(
+                    activity.c.datname == sa.func.current_database(),
+                    activity.c.wait_event_type == "Lock",
+                    activity.c.wait_event == "transactionid",
+                )
+            )
+            or 0
+        )
+
+
+def test_release_waits_for_an_import_that_claimed_the_blob_and_keeps_it(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    """The race: a release checks "unreferenced" while an import starts referencing the blob."""
+    purged, key = _upload(engine, tenant, user_id, store, b"contested bytes")
+    keys = _trash_and_purge(engine, tenant, purged)  # now unreferenced
+    released: list[str] = []
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as importer:
+        # The import claims the blob (the file is there: it is not rewritten) ...
+        assert store_contents(importer, store, [_content(b"contested bytes")]).written == 0
+        releaser = threading.Thread(
+            target=lambda: released.extend(
+                release_blobs(engine, tenant=tenant, store=store, storage_keys=keys)
+            )
+        )
+        releaser.start()
+        # ... the release waits for the claim's row lock ...
+        for _ in range(300):
+            if _lock_waits(engine, tenant):
+                break
+            time.sleep(0.05)
+        assert _lock_waits(engine, tenant) >= 1
+        # ... and the import references the blob, then commits.
+        document = create_document(importer, title="Imported meanwhile.txt")
+        importer.revisions.add_many(
+            [
+                NewRevision(
+                    document_id=document.id,
+                    storage_key=key,
+                    sha256=digest(b"contested bytes"),
+                    size_bytes=15,
+                    mime_type="text/plain",
+                )
+            ]
+        )
+        importer.commit()
+    releaser.join(timeout=60)
+
+    assert not releaser.is_alive()
+    assert released == []
+    assert store.read(key) == b"contested bytes"
+    assert _registered(engine, tenant, key)
+
+
+def test_a_missing_file_of_a_registered_blob_is_written_again(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    """A release that died between deleting the file and committing left a row without file."""
+    _, key = _upload(engine, tenant, user_id, store, b"rewritten")
+    store.delete(key)
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        stored = store_contents(uow, store, [_content(b"rewritten")])
+        uow.commit()
+
+    assert stored.written == 1
+    assert store.read(key) == b"rewritten"
+
+
+def test_blob_keys_are_per_tenant(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    other = f"t{uuid.uuid4().hex[:12]}"
+    tenancy.create_tenant(engine, other)
+    try:
+        _, mine = _upload(engine, tenant, user_id, store, b"same everywhere")
+        _, theirs = _upload(engine, other, user_id, store, b"same everywhere")
+    finally:
+        tenancy.drop_tenant(engine, other)
+
+    assert mine != theirs
+    assert mine.startswith(f"{tenant}/sha256/")
+    assert Path(store.path_of(mine)).is_file()

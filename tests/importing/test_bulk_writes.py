@@ -1,0 +1,112 @@
+"""The bulk writes of an import: one statement per table, conflicts skipped, bad input refused."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from dms.domain import NewDocument, NewFolder, NewRevision
+from dms.errors import NotFound, ValidationError
+from dms.uow import UnitOfWork
+
+
+@pytest.fixture
+def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    return UnitOfWork(engine, tenant=tenant, user_id=user_id)
+
+
+def _revision(document_id: uuid.UUID, mime_type: str = "text/plain") -> NewRevision:
+    return NewRevision(
+        document_id=document_id,
+        storage_key=f"k/{uuid.uuid4()}",
+        sha256=hashlib.sha256(b"x").hexdigest(),
+        size_bytes=1,
+        mime_type=mime_type,
+    )
+
+
+def test_names_taken_ignoring_case_come_back_as_none(uow: UnitOfWork) -> None:
+    with uow:
+        folder = uow.folders.add(name="Docs")
+        uow.documents.add(title="Index.html", folder_id=folder.id)
+        folders = uow.folders.add_many(
+            [NewFolder(name="docs", parent_id=None), NewFolder(name="Other", parent_id=None)]
+        )
+        documents = uow.documents.add_many(
+            [
+                NewDocument(title="index.html", folder_id=folder.id),
+                NewDocument(title="a.txt", folder_id=folder.id),
+                NewDocument(title="A.TXT", folder_id=folder.id),
+            ]
+        )
+        assert folders[0] is None
+        assert folders[1] is not None
+        assert documents[0] is None
+        assert documents[1] is not None
+        assert documents[2] is None  # an earlier one of the same call took the title
+        assert sorted(uow.documents.titles_in(folder.id)) == ["Index.html", "a.txt"]
+
+
+def test_revisions_are_numbered_and_made_current(uow: UnitOfWork) -> None:
+    with uow:
+        ids = uow.documents.add_many(
+            [NewDocument(title=f"{n}.txt", folder_id=None) for n in range(3)]
+        )
+        documents = [i for i in ids if i is not None]
+        revisions = uow.revisions.add_many([_revision(d, "Text/SGML") for d in documents])
+        uow.documents.set_current_revisions(dict(zip(documents, revisions, strict=True)))
+        for document_id, revision_id in zip(documents, revisions, strict=True):
+            current = uow.revisions.current(document_id)
+            assert current is not None
+            assert (current.id, current.revision_no, current.mime_type) == (
+                revision_id,
+                1,
+                "text/sgml",
+            )
+
+
+def test_a_deleted_document_refuses_the_whole_batch(uow: UnitOfWork) -> None:
+    with uow:
+        live = uow.documents.add(title="live.txt")
+        gone = uow.documents.add(title="gone.txt")
+        uow.documents.soft_delete(gone.id, version=gone.version)
+        with pytest.raises(NotFound, match=str(gone.id)):
+            uow.revisions.add_many([_revision(live.id), _revision(gone.id)])
+        assert uow.revisions.history(live.id) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda d: [_revision(d), _revision(d)],  # two for one document
+        lambda d: [_revision(d, "pdf")],
+        lambda d: [
+            NewRevision(
+                document_id=d, storage_key=" ", sha256="0" * 64, size_bytes=1, mime_type="a/b"
+            )
+        ],
+    ],
+)
+def test_bad_revisions_are_refused_before_any_sql(uow: UnitOfWork, bad: object) -> None:
+    with uow:
+        document = uow.documents.add(title="doc.txt")
+        with pytest.raises(ValidationError):
+            uow.revisions.add_many(bad(document.id))  # type: ignore[operator]
+        assert uow.revisions.history(document.id) == []
+
+
+def test_unknown_folder_refuses_the_whole_batch(uow: UnitOfWork) -> None:
+    with uow:
+        with pytest.raises(NotFound):
+            uow.documents.add_many(
+                [
+                    NewDocument(title="a", folder_id=None),
+                    NewDocument(title="b", folder_id=uuid.uuid4()),
+                ]
+            )
+        assert uow.documents.titles_in(None) == []
+        with pytest.raises(ValidationError):
+            uow.folders.add_many([NewFolder(name="a/b", parent_id=None)])
