@@ -46,6 +46,7 @@ from dms.domain import (
     MetadataField,
     MetadataFilter,
 )
+from dms.domain.validation import normalize_mime_type
 from dms.errors import (
     AlreadyExists,
     ConcurrentUpdate,
@@ -382,7 +383,10 @@ def _add_revision(part: str) -> tuple[Call, ReadBack]:
         return add_revision(uow, world.document_id, **{**described, part: value})
 
     def read_back(uow: UnitOfWork, world: World, value: Any, result: Any) -> tuple[object, object]:
-        return getattr(uow.revisions.get(result.id), part), value
+        # A MIME type is stored in its one normalised spelling (issue 15): text/SGML is
+        # text/sgml, the same type.
+        expected = normalize_mime_type(value) if part == "mime_type" else value
+        return getattr(uow.revisions.get(result.id), part), expected
 
     return call, read_back
 
