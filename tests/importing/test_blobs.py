@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import provisioning
 from dms.blobs import blobs_of, purge_document, release_blobs, store_contents
 from dms.domain import NewRevision
 from dms.errors import InvariantViolation
@@ -186,12 +186,12 @@ def test_blob_keys_are_per_tenant(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
     other = f"t{uuid.uuid4().hex[:12]}"
-    tenancy.create_tenant(engine, other)
+    provisioning.create_tenant(engine, other)
     try:
         _, mine = _upload(engine, tenant, user_id, store, b"same everywhere")
         _, theirs = _upload(engine, other, user_id, store, b"same everywhere")
     finally:
-        tenancy.drop_tenant(engine, other)
+        provisioning.drop_tenant(engine, other)
 
     assert mine != theirs
     assert mine.startswith(f"{tenant}/sha256/")
