@@ -1,8 +1,9 @@
 """Creating and dropping tenants: one, or thousands at once.
 
 A tenant is created in one transaction: its registry row, its schema, every table at the head
-revision (the tenant part of every revision, run exactly as a migration runs it) and its
-version row. Either all of it exists afterwards, or nothing does. Dropping one removes its
+revision and its version row, from the SQL the tenant revisions emit, recorded once per process
+(:mod:`dms.migrations.template`: the same catalog as migrating step by step, in a fraction of
+the time). Either all of it exists afterwards, or nothing does. Dropping one removes its
 registry row and its schema with everything in it, in one transaction.
 
 Many at once (:func:`create_tenants`, :func:`drop_tenants`): every name is checked before any
@@ -40,11 +41,12 @@ from dms.errors import (
 from dms.fleet.pool import PoolResult, Task, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
-from dms.migrations.environment import migrate_schema, require_users_table
+from dms.migrations.environment import require_users_table
 from dms.migrations.runner import default_jobs, stopped_message
-from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
+from dms.migrations.template import tenant_template
 from dms.migrations.versions import read_versions
+from dms.schema.ddl import execute_ddl
 from dms.tenancy import Tenant
 
 
@@ -83,9 +85,8 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         tenancy.set_lock_timeout(conn, settings)
         tenant = tenancy.register(conn, slug)
         conn.execute(CreateSchema(schema))
-        migrate_schema(
-            conn, MigrationScope.tenant(schema, settings), scripts.head(), "upgrade", scripts
-        )
+        template = tenant_template(conn, scripts, settings)
+        execute_ddl(conn, template.statement(schema))
     return tenant
 
 

@@ -61,6 +61,12 @@ def test_tenants_created_in_bulk_equal_one_migrated_step_by_step(at_head: Engine
         assert fingerprint(at_head, tenancy.schema_name(slug)) == reference, slug
     schemas = [tenancy.schema_name(slug) for slug in BULK]
     assert revisions(at_head, *schemas) == dict.fromkeys(schemas, HEAD)
+    # The schema the SQL was recorded on is rolled back with its savepoint.
+    with at_head.connect() as conn:
+        leftovers = conn.scalars(
+            sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dms\\_Template%'")
+        ).all()
+    assert leftovers == []
 
 
 def test_a_bad_or_taken_name_fails_alone_and_is_reported(at_head: Engine) -> None:
