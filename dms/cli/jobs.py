@@ -19,7 +19,7 @@ from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
 from dms.health import require_migrated
 from dms.jobs import Job, Worker
-from dms.jobs.queue import DEFAULT_MAX_ATTEMPTS
+from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
 

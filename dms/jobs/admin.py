@@ -1,0 +1,144 @@
+"""Operating the queue: the dead letter, single jobs, counts, housekeeping."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from dms.errors import NotFound
+from dms.jobs.executor import Executor, connection_of
+from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
+from dms.jobs.rows import job_of_row
+from dms.jobs.statements import dead_filter, requeued_values
+from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.tables import processing_jobs as jobs
+
+#: Finished jobs younger than this survive :func:`prune` by default.
+JOB_RETENTION_DAYS = 7
+
+
+def requeue_dead_letter(target: Executor, job_id: uuid.UUID) -> Job:
+    """Put dead job ``job_id`` back to ``queued`` with attempts reset; its error history stays.
+
+    Raises :class:`~dms.errors.NotFound` if there is no such job in the dead letter.
+    """
+    statement = (
+        sa.update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == JobState.DEAD.value)
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+    row = connection_of(target).execute(statement).one_or_none()
+    if row is None:
+        raise NotFound(f"job {job_id} is not in the dead letter")
+    return job_of_row(row)
+
+
+def requeue_dead_letters(
+    target: Executor,
+    *,
+    kind: str | None = None,
+    tenant: str | None = None,
+    older_than: timedelta | None = None,
+) -> list[Job]:
+    """Requeue every dead job matching all given filters (none: all); return the requeued jobs.
+
+    ``older_than``: only jobs that died at least that long ago.
+    """
+    statement = (
+        sa.update(jobs)
+        .where(dead_filter(kind, tenant, older_than))
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+    return [job_of_row(row) for row in connection_of(target).execute(statement)]
+
+
+def dead_letter(
+    target: Executor,
+    *,
+    kind: str | None = None,
+    tenant: str | None = None,
+    older_than: timedelta | None = None,
+    limit: int = 100,
+) -> list[Job]:
+    """Dead jobs matching all given filters, the most recently dead first."""
+    statement = (
+        sa.select(*jobs.c)
+        .where(dead_filter(kind, tenant, older_than))
+        .order_by(jobs.c.finished_at.desc(), jobs.c.id)
+        .limit(limit)
+    )
+    return [job_of_row(row) for row in connection_of(target).execute(statement)]
+
+
+def get(target: Executor, job_id: uuid.UUID) -> Job:
+    """The job ``job_id``; :class:`~dms.errors.NotFound` if it does not exist (or was pruned)."""
+    row = connection_of(target).execute(sa.select(*jobs.c).where(jobs.c.id == job_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return job_of_row(row)
+
+
+def stats(target: Executor, *, tenant: str | None = None, kind: str | None = None) -> QueueStats:
+    """Counts by tenant, kind and state, and the wait of the oldest runnable queued job."""
+    conn = connection_of(target)
+    scope = sa.and_(
+        sa.true() if tenant is None else jobs.c.tenant == tenant,
+        sa.true() if kind is None else jobs.c.kind == kind,
+    )
+    counts = conn.execute(
+        sa.select(jobs.c.tenant, jobs.c.kind, jobs.c.state, sa.func.count())
+        .where(scope)
+        .group_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+        .order_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+    )
+    oldest = conn.scalar(
+        sa.select(sa.type_coerce(sa.func.now() - sa.func.min(jobs.c.run_at), sa.Interval)).where(
+            scope, jobs.c.state == JobState.QUEUED.value, jobs.c.run_at <= sa.func.now()
+        )
+    )
+    return QueueStats(
+        counts=tuple(
+            StateCount(tenant=t, kind=k, state=JobState(s), count=n) for t, k, s, n in counts
+        ),
+        oldest_queued_age=oldest,
+    )
+
+
+def count_expired_leases(target: Executor, *, older_than: timedelta = timedelta(0)) -> int:
+    """Running jobs whose lease expired over ``older_than`` ago and that no worker took back.
+
+    Workers take expired leases back within a quarter lease: a count above zero for longer
+    than that means no worker of those kinds is running (``dms healthcheck``).
+    """
+    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
+    query = sa.select(sa.func.count()).where(
+        jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < cutoff
+    )
+    return int(connection_of(target).scalar(query) or 0)
+
+
+def prune(
+    target: Executor,
+    *,
+    older_than: timedelta = timedelta(days=JOB_RETENTION_DAYS),
+    include_dead: bool = False,
+) -> PruneResult:
+    """Delete old finished jobs and expired idempotency keys; return how many of each went.
+
+    Jobs: ``done`` (and ``dead`` with ``include_dead``) that finished over ``older_than`` ago.
+    Keys: those past the retention given when they were enqueued.
+    """
+    conn = connection_of(target)
+    states = [JobState.DONE.value, *([JobState.DEAD.value] if include_dead else [])]
+    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
+    pruned_jobs = conn.execute(
+        sa.delete(jobs).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+    ).rowcount
+    pruned_keys = conn.execute(
+        sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
+    ).rowcount
+    return PruneResult(jobs=pruned_jobs, idempotency_keys=pruned_keys)

@@ -1,0 +1,142 @@
+"""Settling a claimed job, fenced: complete, fail, heartbeat, release.
+
+Each statement matches ``(id, locked_by, attempts, state = 'running')``: a job reclaimed after
+its lease expired is ``queued`` and its next claim increments ``attempts``, so a late worker's
+statement matches nothing and raises :class:`~dms.errors.LeaseLost` (or, batched, reports it).
+"""
+
+from __future__ import annotations
+
+import traceback
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from dms.errors import LeaseLost, ValidationError
+from dms.jobs import wire
+from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
+from dms.jobs.claims import LEASE_SECONDS
+from dms.jobs.executor import Executor, connection_of
+from dms.jobs.model import Job
+from dms.jobs.rows import job_of_row
+from dms.jobs.statements import complete_many_statement, fenced_statement
+from dms.jobs.validation import MAX_NAME_CHARS, validate_lease
+
+#: Longest error text kept in ``last_error``; tracebacks are cut from the front, where the
+#: least relevant frames are.
+MAX_ERROR_CHARS = 8000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """What :func:`complete_many` did: the jobs it marked done, and those whose lease was lost."""
+
+    completed: tuple[uuid.UUID, ...]
+    lost: tuple[Job, ...]
+
+
+def _fenced_update(
+    conn: Connection, job: Job, action: str, params: Mapping[str, Any] | None = None
+) -> Job:
+    fence = {"job_id": job.id, "fence_worker": job.locked_by, "fence_attempt": job.attempts}
+    row = conn.execute(fenced_statement(action), {**fence, **(params or {})}).one_or_none()
+    if row is None:
+        raise LeaseLost(
+            f"job {job.id}: attempt {job.attempts} of worker {job.locked_by} no longer holds "
+            f"the lease; {action} changed nothing"
+        )
+    return job_of_row(row)
+
+
+def complete(target: Executor, job: Job) -> Job:
+    """Mark ``job`` done; :class:`~dms.errors.LeaseLost` if this claim no longer holds it."""
+    return _fenced_update(connection_of(target), job, "complete")
+
+
+def complete_many(target: Executor, batch: Sequence[Job]) -> Completion:
+    """Mark every job of ``batch`` done in one fenced statement; report those it could not.
+
+    Each job is matched on its own ``(id, locked_by, attempts)``, exactly as :func:`complete`
+    matches one: a job whose lease was lost (reclaimed, released, already finished) is left
+    unchanged and listed in :attr:`Completion.lost`; the others are completed. Nothing is
+    raised for lost leases: the caller decides. ``UPDATE ... FROM json_to_recordset(:acked)``
+    (see :mod:`dms.jobs.wire`): one parameter, whatever the batch size.
+    """
+    # Integer ids: hashing a UUID object runs Python code.
+    if len({job.id.int for job in batch}) != len(batch):
+        raise ValidationError("complete_many: a job appears more than once in the batch")
+    if not batch:
+        return Completion(completed=(), lost=())
+    acked = wire.encode(
+        [
+            {"position": n, "id": job.id.hex, "locked_by": job.locked_by, "attempts": job.attempts}
+            for n, job in enumerate(batch, 1)
+        ]
+    )
+    # The positions (from 1) of the completed jobs in the batch: integers decode faster than ids.
+    done = connection_of(target).scalars(complete_many_statement(), {"acked": acked}).all()
+    if len(done) == len(batch):
+        return Completion(completed=tuple(job.id for job in batch), lost=())
+    positions = set(done)
+    return Completion(
+        completed=tuple(job.id for n, job in enumerate(batch, 1) if n in positions),
+        lost=tuple(job for n, job in enumerate(batch, 1) if n not in positions),
+    )
+
+
+def heartbeat(
+    target: Executor, job: Job, *, lease: timedelta = timedelta(seconds=LEASE_SECONDS)
+) -> Job:
+    """Extend the lease of ``job`` to ``lease`` from now; :class:`~dms.errors.LeaseLost` if lost."""
+    validate_lease(lease)
+    return _fenced_update(connection_of(target), job, "heartbeat", {"lease": lease})
+
+
+def release(target: Executor, job: Job) -> Job:
+    """Put ``job`` back to ``queued`` without counting the attempt (for a worker shutting down)."""
+    return _fenced_update(connection_of(target), job, "release")
+
+
+def error_text(error: str | BaseException) -> str:
+    """The text recorded for ``error``: a traceback for an exception.
+
+    At most :data:`MAX_ERROR_CHARS` characters: the end, where the exception and its frames are.
+    """
+    if isinstance(error, BaseException):
+        error = "".join(traceback.format_exception(error)).rstrip()
+    return error if len(error) <= MAX_ERROR_CHARS else "..." + error[-MAX_ERROR_CHARS:]
+
+
+def _summary(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1][: MAX_NAME_CHARS * 5] if lines else ""
+
+
+def fail(
+    target: Executor,
+    job: Job,
+    error: str | BaseException,
+    *,
+    backoff: Backoff | None = None,
+    retry: bool = True,
+) -> Job:
+    """Record a failed attempt of ``job``: retry later, or ``dead`` after its last attempt.
+
+    The retry waits by the job's own backoff policy, else ``backoff`` (the kind's), else
+    :data:`~dms.jobs.backoff.DEFAULT_BACKOFF`, with n = the attempt that failed. ``retry=False``
+    sends the job to ``dead`` at once (an error no retry can fix). The error (a traceback for an
+    exception) becomes ``last_error``; its last line is appended to ``errors``.
+    """
+    text = error_text(error)
+    policy = job.backoff or backoff or DEFAULT_BACKOFF
+    params = {
+        "give_up": not retry,
+        "delay": policy.delay(max(job.attempts, 1)),
+        "error": text,
+        "summary": _summary(text),
+    }
+    return _fenced_update(connection_of(target), job, "fail", params)
