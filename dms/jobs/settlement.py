@@ -7,7 +7,6 @@ statement matches nothing and raises :class:`~dms.errors.LeaseLost` (or, batched
 
 from __future__ import annotations
 
-import traceback
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +20,11 @@ from dms.jobs import wire
 from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
 from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.executor import Executor, connection_of
+from dms.jobs.failures import error_text, summary_of
 from dms.jobs.model import Job
 from dms.jobs.rows import job_of_row
 from dms.jobs.statements import complete_many_statement, fenced_statement
-from dms.jobs.validation import MAX_NAME_CHARS, validate_lease
-
-#: Longest error text kept in ``last_error``; tracebacks are cut from the front, where the
-#: least relevant frames are.
-MAX_ERROR_CHARS = 8000
+from dms.jobs.validation import validate_lease
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,21 +97,6 @@ def release(target: Executor, job: Job) -> Job:
     return _fenced_update(connection_of(target), job, "release")
 
 
-def error_text(error: str | BaseException) -> str:
-    """The text recorded for ``error``: a traceback for an exception.
-
-    At most :data:`MAX_ERROR_CHARS` characters: the end, where the exception and its frames are.
-    """
-    if isinstance(error, BaseException):
-        error = "".join(traceback.format_exception(error)).rstrip()
-    return error if len(error) <= MAX_ERROR_CHARS else "..." + error[-MAX_ERROR_CHARS:]
-
-
-def _summary(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1][: MAX_NAME_CHARS * 5] if lines else ""
-
-
 def fail(
     target: Executor,
     job: Job,
@@ -129,7 +110,9 @@ def fail(
     The retry waits by the job's own backoff policy, else ``backoff`` (the kind's), else
     :data:`~dms.jobs.backoff.DEFAULT_BACKOFF`, with n = the attempt that failed. ``retry=False``
     sends the job to ``dead`` at once (an error no retry can fix). The error (a traceback for an
-    exception) becomes ``last_error``; its last line is appended to ``errors``.
+    exception) becomes ``last_error``; its last line is appended to ``errors``. Whatever the
+    error holds (NUL, lone surrogates, megabytes), it is recorded: escaped, then cut to
+    :data:`~dms.jobs.failures.MAX_ERROR_CHARS` with a marker (:mod:`dms.jobs.failures`).
     """
     text = error_text(error)
     policy = job.backoff or backoff or DEFAULT_BACKOFF
@@ -137,6 +120,6 @@ def fail(
         "give_up": not retry,
         "delay": policy.delay(max(job.attempts, 1)),
         "error": text,
-        "summary": _summary(text),
+        "summary": summary_of(text),
     }
     return _fenced_update(connection_of(target), job, "fail", params)
