@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from dms import tenancy
 from dms.errors import NotFound
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
@@ -14,9 +15,26 @@ from dms.jobs.rows import job_of_row
 from dms.jobs.statements import dead_filter, requeued_values
 from dms.jobs.tables import job_idempotency_keys as ledger
 from dms.jobs.tables import processing_jobs as jobs
+from dms.jobs.validation import (
+    MAX_AGE,
+    require_duration,
+    require_flag,
+    require_int,
+    require_job_id,
+    require_optional_name,
+)
 
 #: Finished jobs younger than this survive :func:`prune` by default.
 JOB_RETENTION_DAYS = 7
+
+
+def _require_filters(kind: object, tenant: object, older_than: object) -> None:
+    """Filters of the dead letter and of counts: ``None`` (any) or a valid value."""
+    require_optional_name("kind", kind)
+    if tenant is not None:
+        tenancy.validate_slug(tenant)
+    if older_than is not None:
+        require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
 
 
 def requeue_dead_letter(target: Executor, job_id: uuid.UUID) -> Job:
@@ -24,6 +42,7 @@ def requeue_dead_letter(target: Executor, job_id: uuid.UUID) -> Job:
 
     Raises :class:`~dms.errors.NotFound` if there is no such job in the dead letter.
     """
+    require_job_id(job_id)
     statement = (
         sa.update(jobs)
         .where(jobs.c.id == job_id, jobs.c.state == JobState.DEAD.value)
@@ -47,6 +66,7 @@ def requeue_dead_letters(
 
     ``older_than``: only jobs that died at least that long ago.
     """
+    _require_filters(kind, tenant, older_than)
     statement = (
         sa.update(jobs)
         .where(dead_filter(kind, tenant, older_than))
@@ -65,6 +85,8 @@ def dead_letter(
     limit: int = 100,
 ) -> list[Job]:
     """Dead jobs matching all given filters, the most recently dead first."""
+    _require_filters(kind, tenant, older_than)
+    require_int("limit", limit, minimum=1)
     statement = (
         sa.select(*jobs.c)
         .where(dead_filter(kind, tenant, older_than))
@@ -76,6 +98,7 @@ def dead_letter(
 
 def get(target: Executor, job_id: uuid.UUID) -> Job:
     """The job ``job_id``; :class:`~dms.errors.NotFound` if it does not exist (or was pruned)."""
+    require_job_id(job_id)
     row = connection_of(target).execute(sa.select(*jobs.c).where(jobs.c.id == job_id)).one_or_none()
     if row is None:
         raise NotFound(f"job {job_id} does not exist")
@@ -84,6 +107,7 @@ def get(target: Executor, job_id: uuid.UUID) -> Job:
 
 def stats(target: Executor, *, tenant: str | None = None, kind: str | None = None) -> QueueStats:
     """Counts by tenant, kind and state, and the wait of the oldest runnable queued job."""
+    _require_filters(kind, tenant, None)
     conn = connection_of(target)
     scope = sa.and_(
         sa.true() if tenant is None else jobs.c.tenant == tenant,
@@ -114,6 +138,7 @@ def count_expired_leases(target: Executor, *, older_than: timedelta = timedelta(
     Workers take expired leases back within a quarter lease: a count above zero for longer
     than that means no worker of those kinds is running (``dms healthcheck``).
     """
+    require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
     cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
     query = sa.select(sa.func.count()).where(
         jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < cutoff
@@ -132,6 +157,8 @@ def prune(
     Jobs: ``done`` (and ``dead`` with ``include_dead``) that finished over ``older_than`` ago.
     Keys: those past the retention given when they were enqueued.
     """
+    require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
+    require_flag("include_dead", include_dead)
     conn = connection_of(target)
     states = [JobState.DONE.value, *([JobState.DEAD.value] if include_dead else [])]
     cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)

@@ -23,7 +23,7 @@ from dms.jobs.statements import (
     reclaim_statement,
     restore_order_statement,
 )
-from dms.jobs.validation import require_claim, require_int
+from dms.jobs.validation import require_claim, require_flag, require_int, require_names
 
 #: How long a claim holds a job before another worker may take it over.
 LEASE_SECONDS = 30
@@ -58,7 +58,8 @@ def dequeue(
     statistics say (two more round trips); on an autocommit connection the setting would not
     last until the claim, so the planner decides alone.
     """
-    require_claim(worker_id, limit, lease)
+    require_claim(worker_id, kinds, limit, lease)
+    require_flag("reclaim", reclaim)
     conn = connection_of(target)
     if reclaim:
         reclaim_expired(conn, kinds=kinds)
@@ -100,9 +101,6 @@ def _autocommit(conn: Connection) -> bool:
     return bool(getattr(driver, "autocommit", False))
 
 
-#: What a claim returns of the rows it updated, for :func:`claim_document`.
-
-
 def reclaim_expired(
     target: Executor, *, kinds: Collection[str] | None = None, limit: int = 1000
 ) -> list[Job]:
@@ -118,6 +116,8 @@ def reclaim_expired(
     the job is no longer ``running``). Rows locked by others are skipped, not waited for.
     """
     require_int("limit", limit, minimum=1)
+    if kinds is not None:
+        require_names("kinds", kinds)
     params: dict[str, Any] = {"limit": limit}
     if kinds is not None:
         params["kinds"] = list(kinds)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms import tenancy
+from dms.domain.validation import shown
 from dms.errors import TenantNotFound, ValidationError
 from dms.jobs import wire
 from dms.jobs.backoff import Backoff
@@ -25,7 +26,15 @@ from dms.jobs.executor import Executor, connection_of
 from dms.jobs.ids import new_job_ids
 from dms.jobs.statements import insert_statement
 from dms.jobs.tables import job_idempotency_keys as ledger
-from dms.jobs.validation import INT32, require_int, require_json, require_name
+from dms.jobs.validation import (
+    INT32,
+    MAX_KEY_RETENTION,
+    require_duration,
+    require_int,
+    require_json,
+    require_name,
+    require_run_at,
+)
 from dms.schema.shared import tenants
 
 #: Attempts of a job that sets none.
@@ -63,12 +72,10 @@ class NewJob:
         require_json(self.payload)
         require_int("priority", self.priority, minimum=-INT32)
         require_int("max_attempts", self.max_attempts, minimum=1)
-        if self.run_at is not None and (
-            not isinstance(self.run_at, datetime) or self.run_at.utcoffset() is None
-        ):
-            raise ValidationError(f"run_at must be a timezone-aware datetime, not {self.run_at!r}")
+        if self.run_at is not None:
+            require_run_at(self.run_at)
         if self.backoff is not None and not isinstance(self.backoff, Backoff):
-            raise ValidationError(f"backoff must be a Backoff, not {type(self.backoff).__name__}")
+            raise ValidationError(f"backoff must be a Backoff, not {shown(self.backoff)}")
 
 
 def enqueue(
@@ -120,11 +127,19 @@ def enqueue_many(
     ``pg_notify``, delivered when the caller commits. A batch without idempotency keys is one
     statement, hence one round trip; on an autocommit connection, one transaction.
     """
+    _require_batch(new_jobs)
+    require_duration("key_retention", key_retention, maximum=MAX_KEY_RETENTION)
     if not new_jobs:
         return []
-    if key_retention <= timedelta(0):
-        raise ValidationError(f"key_retention must be positive, not {key_retention}")
     return _insert(connection_of(target), new_jobs, key_retention)
+
+
+def _require_batch(new_jobs: object) -> None:
+    if isinstance(new_jobs, str | bytes) or not isinstance(new_jobs, Sequence):
+        raise ValidationError(f"new_jobs must be a sequence of NewJob, not {shown(new_jobs)}")
+    for job in new_jobs:
+        if not isinstance(job, NewJob):
+            raise ValidationError(f"new_jobs must hold NewJob values only, not {shown(job)}")
 
 
 def _insert(
@@ -176,6 +191,10 @@ def _constraint_of(exc: sa.exc.DBAPIError) -> str:
     return str(getattr(diag, "constraint_name", None) or "")
 
 
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(timezone.utc)
+
+
 def _require_tenants(conn: Connection, slugs: Sequence[str]) -> None:
     """Raise :class:`~dms.errors.TenantNotFound` for the first of ``slugs`` not registered."""
     query = sa.select(tenants.c.slug).where(tenants.c.slug.in_(slugs))
@@ -194,7 +213,8 @@ def _batch_document(new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID]) -> str
                 "payload": job.payload,
                 "priority": job.priority,
                 "max_attempts": job.max_attempts,
-                "run_at": None if job.run_at is None else job.run_at.isoformat(),
+                # In UTC: PostgreSQL takes offsets of up to ±15:59 only, Python up to ±24 h.
+                "run_at": None if job.run_at is None else _utc(job.run_at).isoformat(),
                 "backoff": None if job.backoff is None else job.backoff.to_json(),
                 "idempotency_key": job.idempotency_key,
             }

@@ -41,7 +41,7 @@ def claim_batch(
     are raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as ``conn.execute``
     raises them, and leave no transaction open: the connection stays usable unless it broke.
     """
-    require_claim(worker_id, limit, lease)
+    require_claim(worker_id, kinds, limit, lease)
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise ValidationError("claim_batch needs a psycopg connection")

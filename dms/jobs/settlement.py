@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from dms.domain.validation import shown
 from dms.errors import LeaseLost, ValidationError
 from dms.jobs import wire
 from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
@@ -24,7 +25,12 @@ from dms.jobs.failures import error_text, summary_of
 from dms.jobs.model import Job
 from dms.jobs.rows import job_of_row
 from dms.jobs.statements import complete_many_statement, fenced_statement
-from dms.jobs.validation import validate_lease
+from dms.jobs.validation import (
+    require_claimed,
+    require_claimed_batch,
+    require_flag,
+    validate_lease,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +56,7 @@ def _fenced_update(
 
 def complete(target: Executor, job: Job) -> Job:
     """Mark ``job`` done; :class:`~dms.errors.LeaseLost` if this claim no longer holds it."""
+    require_claimed(job)
     return _fenced_update(connection_of(target), job, "complete")
 
 
@@ -62,9 +69,7 @@ def complete_many(target: Executor, batch: Sequence[Job]) -> Completion:
     raised for lost leases: the caller decides. ``UPDATE ... FROM json_to_recordset(:acked)``
     (see :mod:`dms.jobs.wire`): one parameter, whatever the batch size.
     """
-    # Integer ids: hashing a UUID object runs Python code.
-    if len({job.id.int for job in batch}) != len(batch):
-        raise ValidationError("complete_many: a job appears more than once in the batch")
+    require_claimed_batch(batch)
     if not batch:
         return Completion(completed=(), lost=())
     acked = wire.encode(
@@ -88,12 +93,14 @@ def heartbeat(
     target: Executor, job: Job, *, lease: timedelta = timedelta(seconds=LEASE_SECONDS)
 ) -> Job:
     """Extend the lease of ``job`` to ``lease`` from now; :class:`~dms.errors.LeaseLost` if lost."""
+    require_claimed(job)
     validate_lease(lease)
     return _fenced_update(connection_of(target), job, "heartbeat", {"lease": lease})
 
 
 def release(target: Executor, job: Job) -> Job:
     """Put ``job`` back to ``queued`` without counting the attempt (for a worker shutting down)."""
+    require_claimed(job)
     return _fenced_update(connection_of(target), job, "release")
 
 
@@ -114,6 +121,11 @@ def fail(
     error holds (NUL, lone surrogates, megabytes), it is recorded: escaped, then cut to
     :data:`~dms.jobs.failures.MAX_ERROR_CHARS` with a marker (:mod:`dms.jobs.failures`).
     """
+    require_claimed(job)
+    require_flag("retry", retry)
+    for policy in (job.backoff, backoff):
+        if policy is not None and not isinstance(policy, Backoff):
+            raise ValidationError(f"backoff must be a Backoff, not {shown(policy)}")
     text = error_text(error)
     policy = job.backoff or backoff or DEFAULT_BACKOFF
     params = {
