@@ -23,9 +23,11 @@ checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :cla
 """
 
 from dms.jobs.admin import (
+    cancel,
     count_expired_leases,
     dead_letter,
     get,
+    list_jobs,
     prune,
     requeue_dead_letter,
     requeue_dead_letters,
@@ -51,6 +53,7 @@ __all__ = [
     "QueueStats",
     "StateCount",
     "Worker",
+    "cancel",
     "claim_batch",
     "complete",
     "complete_many",
@@ -62,6 +65,7 @@ __all__ = [
     "fail",
     "get",
     "heartbeat",
+    "list_jobs",
     "prune",
     "reclaim_expired",
     "release",

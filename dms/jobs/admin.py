@@ -8,13 +8,15 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from dms import tenancy
-from dms.errors import NotFound
+from dms.domain.validation import shown
+from dms.errors import JobFinished, NotFound, NotMigrated, ValidationError
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.rows import job_of_row
-from dms.jobs.statements import dead_filter, requeued_values
+from dms.jobs.statements import cancel_statement, dead_filter, list_statement, requeued_values
 from dms.jobs.tables import job_idempotency_keys as ledger
 from dms.jobs.tables import processing_jobs as jobs
+from dms.jobs.translation import STATE_CONSTRAINT, constraint_of
 from dms.jobs.validation import (
     MAX_AGE,
     require_duration,
@@ -154,13 +156,18 @@ def prune(
 ) -> PruneResult:
     """Delete old finished jobs and expired idempotency keys; return how many of each went.
 
-    Jobs: ``done`` (and ``dead`` with ``include_dead``) that finished over ``older_than`` ago.
+    Jobs: ``done`` and ``cancelled`` (and ``dead`` with ``include_dead``) that finished over
+    ``older_than`` ago.
     Keys: those past the retention given when they were enqueued.
     """
     require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
     require_flag("include_dead", include_dead)
     conn = connection_of(target)
-    states = [JobState.DONE.value, *([JobState.DEAD.value] if include_dead else [])]
+    states = [
+        JobState.DONE.value,
+        JobState.CANCELLED.value,
+        *([JobState.DEAD.value] if include_dead else []),
+    ]
     cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
     pruned_jobs = conn.execute(
         sa.delete(jobs).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
@@ -169,3 +176,65 @@ def prune(
         sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
     ).rowcount
     return PruneResult(jobs=pruned_jobs, idempotency_keys=pruned_keys)
+
+
+def cancel(target: Executor, job_id: uuid.UUID) -> Job:
+    """Cancel job ``job_id`` for good; return it, ``cancelled``.
+
+    * ``queued`` or ``dead``: it will never run (again);
+    * ``running``: its handler is not interrupted, but its attempt can no longer settle: the
+      worker's complete, fail and heartbeat are fenced on ``state = 'running'``, so they
+      change nothing and raise :class:`~dms.errors.LeaseLost`, and whatever the handler wrote
+      in its unit of work rolls back with it. Effects outside the database (a file written, a
+      mail sent) cannot be undone by the queue;
+    * already ``cancelled``: returned as it is (cancelling twice is not an error);
+    * ``done``: :class:`~dms.errors.JobFinished`, nothing changes.
+
+    Raises :class:`~dms.errors.NotFound` if there is no such job (or it was pruned), and
+    :class:`~dms.errors.NotMigrated` if the queue's table predates ``cancelled`` (the
+    caller's transaction is then aborted). The job's
+    idempotency key stays in the ledger: enqueueing with it again returns the cancelled job.
+    """
+    require_job_id(job_id)
+    conn = connection_of(target)
+    try:
+        row = conn.execute(cancel_statement(), {"job_id": job_id}).one_or_none()
+    except sa.exc.IntegrityError as exc:
+        if constraint_of(exc) == STATE_CONSTRAINT:  # the table predates the state (0005)
+            raise NotMigrated() from exc
+        raise
+    if row is not None:
+        return job_of_row(row)
+    job = get(conn, job_id)  # NotFound if there is no such job
+    if job.state is JobState.CANCELLED:
+        return job
+    raise JobFinished(f"job {job_id} is {job.state.value}: only unfinished jobs can be cancelled")
+
+
+def list_jobs(
+    target: Executor,
+    *,
+    state: JobState | str | None = None,
+    tenant: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+) -> list[Job]:
+    """Jobs in ``state`` (a :class:`JobState` or its value), of ``tenant`` and ``kind``.
+
+    Every filter left ``None`` matches anything. At most ``limit`` jobs, the most recently
+    created first. An unknown state raises :class:`~dms.errors.ValidationError`.
+    """
+    wanted = None if state is None else _state_of(state)
+    _require_filters(kind, tenant, None)
+    require_int("limit", limit, minimum=1)
+    statement = list_statement(wanted, tenant, kind, limit)
+    return [job_of_row(row) for row in connection_of(target).execute(statement)]
+
+
+def _state_of(value: object) -> JobState:
+    if isinstance(value, JobState):
+        return value
+    known = ", ".join(state.value for state in JobState)
+    if not isinstance(value, str) or value not in {state.value for state in JobState}:
+        raise ValidationError(f"state must be one of {known}, not {shown(value)}")
+    return JobState(value)

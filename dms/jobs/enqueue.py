@@ -26,6 +26,7 @@ from dms.jobs.executor import Executor, connection_of
 from dms.jobs.ids import new_job_ids
 from dms.jobs.statements import insert_statement
 from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.translation import TENANT_FOREIGN_KEYS, constraint_of
 from dms.jobs.validation import (
     INT32,
     MAX_KEY_RETENTION,
@@ -159,7 +160,7 @@ def _insert(
         result = conn.execute(insert_statement(keyed=keyed), params)
     except sa.exc.DBAPIError as exc:
         # Only if a tenant was dropped between the statement's check and its insert.
-        if _constraint_of(exc) in _TENANT_FOREIGN_KEYS:
+        if constraint_of(exc) in TENANT_FOREIGN_KEYS:
             raise TenantNotFound("a tenant of the batch was dropped meanwhile") from exc
         raise
     if not keyed:
@@ -178,17 +179,6 @@ def _insert(
         again = iter(_insert(conn, [new_jobs[i] for i in vanished], key_retention))
         return [result if result is not None else next(again) for result in results]
     return [result for result in results if result is not None]
-
-
-_TENANT_FOREIGN_KEYS = frozenset(
-    {"fk_processing_jobs_tenant_tenants", "fk_job_idempotency_keys_tenant_tenants"}
-)
-
-
-def _constraint_of(exc: sa.exc.DBAPIError) -> str:
-    """The name of the constraint the statement violated ('' if none), from psycopg's diag."""
-    diag = getattr(exc.orig, "diag", None)
-    return str(getattr(diag, "constraint_name", None) or "")
 
 
 def _utc(moment: datetime) -> datetime:

@@ -420,3 +420,50 @@ def dead_filter(
     if older_than is not None:
         clauses.append(jobs.c.finished_at < sa.func.now() - sa.literal(older_than, sa.Interval))
     return sa.and_(*clauses)
+
+
+#: States a job can be cancelled from: every state but the terminal ``done`` and ``cancelled``.
+CANCELLABLE = (JobState.QUEUED.value, JobState.RUNNING.value, JobState.DEAD.value)
+
+
+@functools.cache
+def cancel_statement() -> sa.Executable:
+    """Cancel ``:job_id`` unless it is done or cancelled already; return the row if it was.
+
+    A running job's lease ends here: its worker's fenced settlement (which matches
+    ``state = 'running'``) changes nothing from now on. ``locked_by`` stays, to say who ran it.
+    """
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+            jobs.c.state.in_(CANCELLABLE),
+        )
+        .values(
+            state=JobState.CANCELLED.value,
+            lease_expires_at=None,
+            finished_at=sa.func.now(),
+        )
+        .returning(*jobs.c)
+    )
+
+
+def list_statement(
+    state: JobState | None, tenant: str | None, kind: str | None, limit: int
+) -> sa.Select[Any]:
+    """Jobs matching every filter given (``None``: any), the most recently created first."""
+    clauses = [
+        column == value
+        for column, value in (
+            (jobs.c.state, None if state is None else state.value),
+            (jobs.c.tenant, tenant),
+            (jobs.c.kind, kind),
+        )
+        if value is not None
+    ]
+    return (
+        sa.select(*jobs.c)
+        .where(sa.and_(sa.true(), *clauses))
+        .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+        .limit(limit)
+    )
