@@ -16,7 +16,7 @@ from dms.jobs.rows import job_of_row
 from dms.jobs.statements import cancel_statement, dead_filter, list_statement, requeued_values
 from dms.jobs.tables import job_idempotency_keys as ledger
 from dms.jobs.tables import processing_jobs as jobs
-from dms.jobs.translation import STATE_CONSTRAINT, constraint_of
+from dms.jobs.translation import STATE_CONSTRAINTS, constraint_of
 from dms.jobs.validation import (
     MAX_AGE,
     require_duration,
@@ -200,7 +200,7 @@ def cancel(target: Executor, job_id: uuid.UUID) -> Job:
     try:
         row = conn.execute(cancel_statement(), {"job_id": job_id}).one_or_none()
     except sa.exc.IntegrityError as exc:
-        if constraint_of(exc) == STATE_CONSTRAINT:  # the table predates the state (0005)
+        if constraint_of(exc) in STATE_CONSTRAINTS:  # the table predates the state (0005)
             raise NotMigrated() from exc
         raise
     if row is not None:

@@ -12,8 +12,10 @@ from sqlalchemy.exc import DBAPIError
 TENANT_FOREIGN_KEYS = frozenset(
     {"fk_processing_jobs_tenant_tenants", "fk_job_idempotency_keys_tenant_tenants"}
 )
-#: The CHECK that lists the states a job may be in: refusing one means an older schema.
-STATE_CONSTRAINT = "ck_processing_jobs_state_known"
+#: The CHECKs that name states: when one refuses a state this code knows, the table is older.
+STATE_CONSTRAINTS = frozenset(
+    {"ck_processing_jobs_state_known", "ck_processing_jobs_finished_when_terminal"}
+)
 
 
 def constraint_of(exc: DBAPIError) -> str:
