@@ -560,6 +560,21 @@ def _tenants(world: World) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(world.tenant), st.just(world.tenant), slugs, ANYTHING)
 
 
+def _cancelled(conn: Connection, world: World, value: Any, result: Any) -> tuple[object, object]:
+    return (result.state, jobs.get(conn, value).state), (jobs.JobState.CANCELLED,) * 2
+
+
+def _states(world: World) -> st.SearchStrategy[Any]:
+    states = st.sampled_from(jobs.JobState)
+    return st.one_of(states, states.map(lambda state: state.value), states.map(str), ANYTHING)
+
+
+def _in_state(conn: Connection, world: World, value: Any, result: Any) -> tuple[object, object]:
+    if value is None:  # any state
+        return None, None
+    return {job.state for job in result} - {jobs.JobState(value)}, set()
+
+
 ENQUEUE_FIELDS: list[tuple[str, Any, tuple[type[DmsError], ...]]] = [
     ("kind", TEXT, BEFORE_SQL),
     ("payload", PAYLOADS, BEFORE_SQL),
@@ -754,6 +769,33 @@ ENTRY_POINTS: list[EntryPoint] = [
         "prune(include_dead)",
         FLAGS,
         lambda conn, world, value: jobs.prune(conn, include_dead=value),
+    ),
+    EntryPoint(
+        "cancel(job_id)",
+        lambda world: st.one_of(
+            st.just(world.queued.id), st.just(world.running.id), st.just(world.dead.id), IDS
+        ),
+        lambda conn, world, value: jobs.cancel(conn, value),
+        _cancelled,
+        (*BEFORE_SQL, NotFound),
+    ),
+    EntryPoint(
+        "list_jobs(state)",
+        _states,
+        lambda conn, world, value: jobs.list_jobs(conn, state=value, tenant=world.tenant),
+        _in_state,
+    ),
+    *(
+        EntryPoint(
+            f"list_jobs({field})", _filters, _filtered(jobs.list_jobs, field), _matching(field)
+        )
+        for field in ("kind", "tenant")
+    ),
+    EntryPoint(
+        "list_jobs(limit)",
+        COUNTS,
+        lambda conn, world, value: jobs.list_jobs(conn, tenant=world.tenant, limit=value),
+        lambda conn, world, value, result: (len(result) <= value, True),
     ),
     EntryPoint(
         "reclaim_expired(kinds)",
