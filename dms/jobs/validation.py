@@ -159,7 +159,8 @@ def _require_payload_text(text: str) -> None:
         raise ValidationError(
             f"payload is {len(text)} characters of JSON, more than {MAX_PAYLOAD_CHARS}"
         )
-    if _NUL_ESCAPE.search(text):
+    # Substring tests first: they run in C, the regular expressions only when they might match.
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise ValidationError("payload contains the character U+0000, which jsonb cannot store")
     if not text.isascii() and _SURROGATE.search(text):
         raise ValidationError("payload contains a lone surrogate, which jsonb cannot store")
@@ -169,7 +170,7 @@ def _require_payload_value(payload: object, decoded: object, text: str) -> None:
     # Only a payload with that many brackets (in its text, strings included) can be that deep.
     if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and _too_deep(decoded):
         raise ValidationError(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
-    if _LARGE_EXPONENT.search(text) and _has_large_float(decoded):
+    if "e+" in text and _LARGE_EXPONENT.search(text) and _has_large_float(decoded):
         raise ValidationError(
             f"payload holds a float of {_FLOAT_AS_INTEGER:g} or more, which jsonb gives back "
             "as an integer: pass an int or a string"
