@@ -13,9 +13,19 @@ from dms.errors import JobFinished, NotFound, NotMigrated, ValidationError
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.rows import job_of_row
-from dms.jobs.statements import cancel_statement, dead_filter, list_statement, requeued_values
-from dms.jobs.tables import job_idempotency_keys as ledger
-from dms.jobs.tables import processing_jobs as jobs
+from dms.jobs.statements import (
+    cancel_statement,
+    dead_letter_statement,
+    expired_leases_statement,
+    get_statement,
+    list_statement,
+    oldest_queued_statement,
+    prune_jobs_statement,
+    prune_keys_statement,
+    requeue_matching_statement,
+    requeue_statement,
+    state_counts_statement,
+)
 from dms.jobs.translation import STATE_CONSTRAINTS, constraint_of
 from dms.jobs.validation import (
     MAX_AGE,
@@ -45,13 +55,7 @@ def requeue_dead_letter(target: Executor, job_id: uuid.UUID) -> Job:
     Raises :class:`~dms.errors.NotFound` if there is no such job in the dead letter.
     """
     require_job_id(job_id)
-    statement = (
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.state == JobState.DEAD.value)
-        .values(**requeued_values())
-        .returning(*jobs.c)
-    )
-    row = connection_of(target).execute(statement).one_or_none()
+    row = connection_of(target).execute(requeue_statement(), {"job_id": job_id}).one_or_none()
     if row is None:
         raise NotFound(f"job {job_id} is not in the dead letter")
     return job_of_row(row)
@@ -69,12 +73,7 @@ def requeue_dead_letters(
     ``older_than``: only jobs that died at least that long ago.
     """
     _require_filters(kind, tenant, older_than)
-    statement = (
-        sa.update(jobs)
-        .where(dead_filter(kind, tenant, older_than))
-        .values(**requeued_values())
-        .returning(*jobs.c)
-    )
+    statement = requeue_matching_statement(kind, tenant, older_than)
     return [job_of_row(row) for row in connection_of(target).execute(statement)]
 
 
@@ -89,19 +88,14 @@ def dead_letter(
     """Dead jobs matching all given filters, the most recently dead first."""
     _require_filters(kind, tenant, older_than)
     require_int("limit", limit, minimum=1)
-    statement = (
-        sa.select(*jobs.c)
-        .where(dead_filter(kind, tenant, older_than))
-        .order_by(jobs.c.finished_at.desc(), jobs.c.id)
-        .limit(limit)
-    )
+    statement = dead_letter_statement(kind, tenant, older_than, limit)
     return [job_of_row(row) for row in connection_of(target).execute(statement)]
 
 
 def get(target: Executor, job_id: uuid.UUID) -> Job:
     """The job ``job_id``; :class:`~dms.errors.NotFound` if it does not exist (or was pruned)."""
     require_job_id(job_id)
-    row = connection_of(target).execute(sa.select(*jobs.c).where(jobs.c.id == job_id)).one_or_none()
+    row = connection_of(target).execute(get_statement(), {"job_id": job_id}).one_or_none()
     if row is None:
         raise NotFound(f"job {job_id} does not exist")
     return job_of_row(row)
@@ -111,21 +105,8 @@ def stats(target: Executor, *, tenant: str | None = None, kind: str | None = Non
     """Counts by tenant, kind and state, and the wait of the oldest runnable queued job."""
     _require_filters(kind, tenant, None)
     conn = connection_of(target)
-    scope = sa.and_(
-        sa.true() if tenant is None else jobs.c.tenant == tenant,
-        sa.true() if kind is None else jobs.c.kind == kind,
-    )
-    counts = conn.execute(
-        sa.select(jobs.c.tenant, jobs.c.kind, jobs.c.state, sa.func.count())
-        .where(scope)
-        .group_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
-        .order_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
-    )
-    oldest = conn.scalar(
-        sa.select(sa.type_coerce(sa.func.now() - sa.func.min(jobs.c.run_at), sa.Interval)).where(
-            scope, jobs.c.state == JobState.QUEUED.value, jobs.c.run_at <= sa.func.now()
-        )
-    )
+    counts = conn.execute(state_counts_statement(tenant, kind))
+    oldest = conn.scalar(oldest_queued_statement(tenant, kind))
     return QueueStats(
         counts=tuple(
             StateCount(tenant=t, kind=k, state=JobState(s), count=n) for t, k, s, n in counts
@@ -141,11 +122,8 @@ def count_expired_leases(target: Executor, *, older_than: timedelta = timedelta(
     than that means no worker of those kinds is running (``dms healthcheck``).
     """
     require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
-    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
-    query = sa.select(sa.func.count()).where(
-        jobs.c.state == JobState.RUNNING.value, jobs.c.lease_expires_at < cutoff
-    )
-    return int(connection_of(target).scalar(query) or 0)
+    statement = expired_leases_statement()
+    return int(connection_of(target).scalar(statement, {"older_than": older_than}) or 0)
 
 
 def prune(
@@ -163,18 +141,10 @@ def prune(
     require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
     require_flag("include_dead", include_dead)
     conn = connection_of(target)
-    states = [
-        JobState.DONE.value,
-        JobState.CANCELLED.value,
-        *([JobState.DEAD.value] if include_dead else []),
-    ]
-    cutoff = sa.func.now() - sa.literal(older_than, sa.Interval)
     pruned_jobs = conn.execute(
-        sa.delete(jobs).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+        prune_jobs_statement(include_dead=include_dead), {"older_than": older_than}
     ).rowcount
-    pruned_keys = conn.execute(
-        sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
-    ).rowcount
+    pruned_keys = conn.execute(prune_keys_statement()).rowcount
     return PruneResult(jobs=pruned_jobs, idempotency_keys=pruned_keys)
 
 

@@ -467,3 +467,105 @@ def list_statement(
         .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
         .limit(limit)
     )
+
+
+@functools.cache
+def get_statement() -> sa.Executable:
+    """The job ``:job_id``, every column."""
+    return sa.select(*jobs.c).where(jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid))
+
+
+@functools.cache
+def requeue_statement() -> sa.Executable:
+    """Requeue ``:job_id`` if it is dead; return its row if it was."""
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+            jobs.c.state == JobState.DEAD.value,
+        )
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+
+
+def requeue_matching_statement(
+    kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.Executable:
+    """Requeue every dead job matching the filters (:func:`dead_filter`); return their rows."""
+    return (
+        sa.update(jobs)
+        .where(dead_filter(kind, tenant, older_than))
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+
+
+def dead_letter_statement(
+    kind: str | None, tenant: str | None, older_than: timedelta | None, limit: int
+) -> sa.Select[Any]:
+    """Dead jobs matching the filters, the most recently dead first."""
+    return (
+        sa.select(*jobs.c)
+        .where(dead_filter(kind, tenant, older_than))
+        .order_by(jobs.c.finished_at.desc(), jobs.c.id)
+        .limit(limit)
+    )
+
+
+def _scope(tenant: str | None, kind: str | None) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        sa.true() if tenant is None else jobs.c.tenant == tenant,
+        sa.true() if kind is None else jobs.c.kind == kind,
+    )
+
+
+def state_counts_statement(tenant: str | None, kind: str | None) -> sa.Select[Any]:
+    """``(tenant, kind, state, count)`` of the jobs in scope, in that order."""
+    return (
+        sa.select(jobs.c.tenant, jobs.c.kind, jobs.c.state, sa.func.count())
+        .where(_scope(tenant, kind))
+        .group_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+        .order_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+    )
+
+
+def oldest_queued_statement(tenant: str | None, kind: str | None) -> sa.Select[Any]:
+    """How long the longest-waiting runnable job in scope has waited (``NULL``: none)."""
+    waited = sa.type_coerce(sa.func.now() - sa.func.min(jobs.c.run_at), sa.Interval)
+    return sa.select(waited).where(
+        _scope(tenant, kind),
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.run_at <= sa.func.now(),
+    )
+
+
+def _before(older_than: sa.BindParameter[timedelta]) -> sa.ColumnElement[datetime]:
+    return sa.func.now() - older_than
+
+
+@functools.cache
+def expired_leases_statement() -> sa.Executable:
+    """Running jobs whose lease expired over ``:older_than`` ago."""
+    return sa.select(sa.func.count()).where(
+        jobs.c.state == JobState.RUNNING.value,
+        jobs.c.lease_expires_at < _before(sa.bindparam("older_than", type_=sa.Interval)),
+    )
+
+
+@functools.cache
+def prune_jobs_statement(*, include_dead: bool) -> sa.Executable:
+    """Delete done and cancelled (and dead) jobs that finished over ``:older_than`` ago."""
+    states = [JobState.DONE.value, JobState.CANCELLED.value]
+    if include_dead:
+        states.append(JobState.DEAD.value)
+    return sa.delete(jobs).where(
+        jobs.c.state.in_(states),
+        jobs.c.finished_at < _before(sa.bindparam("older_than", type_=sa.Interval)),
+    )
+
+
+@functools.cache
+def prune_keys_statement() -> sa.Executable:
+    """Delete the idempotency keys past their retention."""
+    return sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
