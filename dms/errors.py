@@ -18,6 +18,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── InvariantViolation          the database refused a row (CHECK, trigger)
     ├── ConcurrentUpdate            optimistic-concurrency version was stale
     ├── LeaseLost                   a job's lease passed to another worker
+    ├── JobFinished                 a job already done cannot be cancelled
     └── PermanentFailure            raised by a job handler: dead at once, no retry
 
 Not an error, so outside the tree: :class:`FleetInterrupted` is the ``KeyboardInterrupt`` of a
@@ -151,6 +152,10 @@ class ConcurrentUpdate(DmsError):
 
 class LeaseLost(DmsError):
     """The job's lease expired and another worker reclaimed it; nothing was changed."""
+
+
+class JobFinished(DmsError):
+    """The job already completed (``done``): there is nothing left to cancel."""
 
 
 class PermanentFailure(DmsError):

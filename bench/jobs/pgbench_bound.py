@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import URL, Engine
 
 from bench.jobs import dms_queue
-from dms.jobs import queue
+from dms.jobs import statements
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 WORKER = "pgbench"
@@ -48,9 +48,9 @@ def _sql(statement: Any, values: dict[str, str]) -> str:
 
 def script(kind: str) -> str:
     """The pgbench script: claim one job of ``kind``, then complete it."""
-    order = _sql(queue._claimer_settings_statement(), {})
+    order = _sql(statements.claimer_settings_statement(), {})
     claim = _sql(
-        queue._claim_statement(True),  # the bound runs the very same SQL
+        statements.claim_statement(True),  # the bound runs the very same SQL
         {
             "worker_id": f"'{WORKER}'",
             "limit": "1",
@@ -59,7 +59,7 @@ def script(kind: str) -> str:
         },
     )
     complete = _sql(
-        queue._fenced_statement("complete"),
+        statements.fenced_statement("complete"),
         {"job_id": ":id", "fence_worker": f"'{WORKER}'", "fence_attempt": ":attempts"},
     )
     # The claim returns its jobs as one JSON document (dms.jobs.wire); pgbench reads the id and

@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from dms.jobs.model import JobState
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -22,6 +24,14 @@ def duration(text: str) -> timedelta:
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
     return timedelta(seconds=seconds)
+
+
+def job_state(text: str) -> str:
+    """Parse the name of a job state (``queued``, ``running``, ...)."""
+    known = [state.value for state in JobState]
+    if text not in known:
+        raise argparse.ArgumentTypeError(f"unknown state {text!r} (one of {', '.join(known)})")
+    return text
 
 
 def positive(text: str) -> int:

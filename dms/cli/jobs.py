@@ -1,4 +1,4 @@
-"""``dms worker`` and ``dms jobs enqueue|show|stats|dead|requeue|prune``: the job queue."""
+"""``dms worker`` and ``dms jobs enqueue|show|list|cancel|stats|dead|requeue|prune``."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 from sqlalchemy.engine import Connection
 
 from dms import jobs, tenancy
-from dms.cli.arguments import duration, json_value, moment, positive
+from dms.cli.arguments import duration, job_state, json_value, moment, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
 from dms.health import require_migrated
-from dms.jobs import Job, Worker
-from dms.jobs.queue import DEFAULT_MAX_ATTEMPTS
+from dms.jobs import Job, JobState, Worker
+from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
 
@@ -58,6 +58,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     show.add_argument("job_id", type=uuid.UUID, help="the job's id")
     add_json_flag(show)
     show.set_defaults(run=_show)
+    _register_operations(job_commands)
     stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
     stats.add_argument("--kind", help="only jobs of this kind")
     stats.add_argument("--tenant", help="only jobs of this tenant")
@@ -82,6 +83,32 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     prune.add_argument("--include-dead", action="store_true", help="dead jobs too")
     prune.set_defaults(run=_prune)
+
+
+def _register_operations(
+    job_commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """``jobs list`` and ``jobs cancel``."""
+    listing = job_commands.add_parser("list", help="jobs in one state, most recent first")
+    listing.add_argument(
+        "--state",
+        type=job_state,
+        required=True,
+        help=f"one of {', '.join(state.value for state in JobState)}",
+    )
+    listing.add_argument("--tenant", help="only jobs of this tenant")
+    listing.add_argument("--kind", help="only jobs of this kind")
+    listing.add_argument("--limit", type=positive, default=100, help="at most this many (100)")
+    add_json_flag(listing)
+    listing.set_defaults(run=_list)
+    cancel = job_commands.add_parser("cancel", help="cancel a queued, running or dead job for good")
+    cancel.add_argument(
+        "job_id",
+        type=uuid.UUID,
+        help="the job's id; a running attempt is not interrupted but can no longer complete",
+    )
+    add_json_flag(cancel)
+    cancel.set_defaults(run=_cancel)
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -154,6 +181,38 @@ def _show(ctx: Context, args: argparse.Namespace) -> int:
         print(f"attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}")
     if job.last_error:
         print(f"last error:\n{job.last_error}")
+    return EXIT_OK
+
+
+def _list(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        _require_tenant(conn, args.tenant)
+        found = jobs.list_jobs(
+            conn, state=args.state, tenant=args.tenant, kind=args.kind, limit=args.limit
+        )
+    if args.json:
+        emit_json(found)
+        return EXIT_OK
+    _print_jobs(found)
+    print(f"{len(found)} {args.state} job(s) shown")
+    return EXIT_OK
+
+
+def _cancel(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.begin() as conn:
+        before = jobs.get(conn, args.job_id)
+        job = jobs.cancel(conn, args.job_id)
+    if args.json:
+        emit_json(job)
+    elif before.state is JobState.CANCELLED:
+        print(f"job {job.id} was already cancelled")
+    elif before.state is JobState.RUNNING:
+        print(
+            f"cancelled job {job.id}; its running attempt (worker {before.locked_by}) "
+            "can no longer complete"
+        )
+    else:
+        print(f"cancelled job {job.id} (was {before.state.value})")
     return EXIT_OK
 
 

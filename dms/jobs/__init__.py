@@ -11,34 +11,34 @@ back with the business data::
 
 and work the queue with :class:`Worker`. The state machine, the guarantees and how to run
 workers in production are in ``docs/jobs.md``. Defaults and their units are constants of the
-modules that use them: :mod:`dms.jobs.queue` (``LEASE_SECONDS``, ``DEFAULT_MAX_ATTEMPTS``, ...),
+modules that use them: :mod:`dms.jobs.enqueue` (``DEFAULT_MAX_ATTEMPTS``, ...),
+:mod:`dms.jobs.claims` (``LEASE_SECONDS``), :mod:`dms.jobs.validation` (the caps),
 :mod:`dms.jobs.backoff` and :mod:`dms.jobs.worker` (``POLL_SECONDS``, ``GRACE_SECONDS``).
+
+The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
+:mod:`~dms.jobs.pipeline` (claiming), :mod:`~dms.jobs.settlement` (complete, fail, heartbeat,
+release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping) hold the public
+functions; :mod:`~dms.jobs.statements` every SQL statement; :mod:`~dms.jobs.validation` the
+checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
 """
 
-from dms.jobs.backoff import Backoff
-from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
-from dms.jobs.queue import (
-    Completion,
-    Enqueued,
-    NewJob,
-    claim_batch,
-    complete,
-    complete_many,
+from dms.jobs.admin import (
+    cancel,
     count_expired_leases,
     dead_letter,
-    dequeue,
-    enqueue,
-    enqueue_many,
-    fail,
     get,
-    heartbeat,
+    list_jobs,
     prune,
-    reclaim_expired,
-    release,
     requeue_dead_letter,
     requeue_dead_letters,
     stats,
 )
+from dms.jobs.backoff import Backoff
+from dms.jobs.claims import dequeue, reclaim_expired
+from dms.jobs.enqueue import Enqueued, NewJob, enqueue, enqueue_many
+from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
+from dms.jobs.pipeline import claim_batch
+from dms.jobs.settlement import Completion, complete, complete_many, fail, heartbeat, release
 from dms.jobs.worker import Handler, Worker
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "QueueStats",
     "StateCount",
     "Worker",
+    "cancel",
     "claim_batch",
     "complete",
     "complete_many",
@@ -64,6 +65,7 @@ __all__ = [
     "fail",
     "get",
     "heartbeat",
+    "list_jobs",
     "prune",
     "reclaim_expired",
     "release",

@@ -16,11 +16,11 @@ A policy can be set per job (``enqueue(..., backoff=...)``, stored with the job)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from dms.domain.validation import shown
 from dms.errors import ValidationError
 
 #: Seconds before the first retry, by default.
@@ -29,6 +29,10 @@ DEFAULT_INITIAL_SECONDS = 10.0
 DEFAULT_STEP_SECONDS = 30.0
 #: Longest wait between two attempts, by default: one hour.
 DEFAULT_MAXIMUM_SECONDS = 3600.0
+#: Largest value of any of a policy's seconds: a year. Beyond it a wait means "never", which
+#: is what the dead letter is for, and ``now() + wait`` must stay a timestamp PostgreSQL can
+#: store (``Backoff(initial_seconds=1e15)`` used to overflow in the worker).
+MAX_BACKOFF_SECONDS = 365 * 24 * 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,8 +46,11 @@ class Backoff:
     def __post_init__(self) -> None:
         """Reject policies that would schedule a retry in the past or never."""
         values = (self.initial_seconds, self.step_seconds, self.maximum_seconds)
-        if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
-            raise ValidationError(f"backoff seconds must be finite and >= 0, not {values}")
+        if not all(_valid_seconds(v) for v in values):
+            raise ValidationError(
+                f"backoff seconds must be numbers from 0 to {MAX_BACKOFF_SECONDS:.0f}, "
+                f"not {shown(values)}"
+            )
         if self.maximum_seconds < self.initial_seconds:
             raise ValidationError(
                 f"backoff maximum ({self.maximum_seconds}s) is below its initial wait "
@@ -52,8 +59,8 @@ class Backoff:
 
     def delay(self, failure: int) -> timedelta:
         """The wait after the ``failure``-th failure (1 for the first)."""
-        if failure < 1:
-            raise ValidationError(f"failures are counted from 1, not {failure}")
+        if isinstance(failure, bool) or not isinstance(failure, int) or failure < 1:
+            raise ValidationError(f"failures are counted from 1, not {shown(failure)}")
         seconds = self.initial_seconds + self.step_seconds * (failure - 1)
         return timedelta(seconds=min(seconds, self.maximum_seconds))
 
@@ -67,14 +74,29 @@ class Backoff:
 
     @classmethod
     def from_json(cls, value: Any) -> Backoff | None:
-        """Read a policy stored by :meth:`to_json`; ``None`` when the job has none."""
+        """Read a policy stored by :meth:`to_json`; ``None`` when the job has none.
+
+        Values beyond :data:`MAX_BACKOFF_SECONDS` (stored before that cap existed) are read
+        as the cap: a job must stay claimable and retryable whatever its row holds.
+        """
         if value is None:
             return None
         return cls(
-            initial_seconds=float(value["initial_seconds"]),
-            step_seconds=float(value["step_seconds"]),
-            maximum_seconds=float(value["maximum_seconds"]),
+            initial_seconds=_capped(value["initial_seconds"]),
+            step_seconds=_capped(value["step_seconds"]),
+            maximum_seconds=_capped(value["maximum_seconds"]),
         )
+
+
+def _capped(seconds: Any) -> float:
+    return min(max(float(seconds), 0.0), MAX_BACKOFF_SECONDS)
+
+
+def _valid_seconds(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # False for NaN and infinities too; no float() of a huge int, which would overflow.
+    return 0 <= value <= MAX_BACKOFF_SECONDS
 
 
 #: The policy of jobs and kinds that set none.

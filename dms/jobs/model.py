@@ -6,6 +6,8 @@ The states and their transitions (drawn in ``docs/jobs.md``)::
       ▲                 │ │
       └──fail (retry)───┘ └──fail (last attempt)──▶ dead ──requeue──▶ queued
       └──release / lease expired and reclaimed (running again)
+
+    queued, running, dead ──cancel──▶ cancelled
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class JobState(str, enum.Enum):
     """Completed; terminal."""
     DEAD = "dead"
     """Failed ``max_attempts`` times (or cannot run at all); waits for a manual requeue."""
+    CANCELLED = "cancelled"
+    """Cancelled by an operator (:func:`~dms.jobs.cancel`); terminal. A running attempt's
+    settlement is fenced off: it changes nothing and its unit of work rolls back."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,7 @@ JOBS_AUTOVACUUM = {
 }
 
 #: States a job row can be in; the transitions are drawn in ``docs/jobs.md``.
-JOB_STATES = ("queued", "running", "done", "dead")
+JOB_STATES = ("queued", "running", "done", "dead", "cancelled")
 
 _TIMESTAMP = sa.DateTime(timezone=True)
 
@@ -62,7 +62,9 @@ processing_jobs = sa.Table(
     sa.Column("created_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
     sa.Column("started_at", _TIMESTAMP),
     sa.Column("finished_at", _TIMESTAMP),
-    sa.CheckConstraint("state IN ('queued', 'running', 'done', 'dead')", name="state_known"),
+    sa.CheckConstraint(
+        "state IN ('queued', 'running', 'done', 'dead', 'cancelled')", name="state_known"
+    ),
     sa.CheckConstraint("btrim(kind) <> '' AND length(kind) <= 200", name="kind_valid"),
     sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="attempts_valid"),
     sa.CheckConstraint(
@@ -71,7 +73,7 @@ processing_jobs = sa.Table(
         name="lease_only_when_running",
     ),
     sa.CheckConstraint(
-        "(state IN ('done', 'dead')) = (finished_at IS NOT NULL)",
+        "(state IN ('done', 'dead', 'cancelled')) = (finished_at IS NOT NULL)",
         name="finished_when_terminal",
     ),
     sa.CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_is_array"),
@@ -90,7 +92,7 @@ processing_jobs = sa.Table(
     sa.Index(
         "ix_processing_jobs_finished",
         "finished_at",
-        postgresql_where=sa.text("state IN ('done', 'dead')"),
+        postgresql_where=sa.text("state IN ('done', 'dead', 'cancelled')"),
     ),
     sa.Index("ix_processing_jobs_tenant", "tenant"),
 )

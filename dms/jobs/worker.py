@@ -60,19 +60,12 @@ from sqlalchemy.engine import URL, Connection, Engine
 from dms.config import Settings
 from dms.errors import LeaseLost, ValidationError
 from dms.jobs.backoff import Backoff
+from dms.jobs.claims import LEASE_SECONDS, reclaim_expired
 from dms.jobs.model import Job, JobState
-from dms.jobs.queue import (
-    LEASE_SECONDS,
-    NOTIFY_CHANNEL,
-    claim_batch,
-    complete,
-    complete_many,
-    fail,
-    heartbeat,
-    reclaim_expired,
-    release,
-    validate_lease,
-)
+from dms.jobs.pipeline import claim_batch
+from dms.jobs.settlement import complete, complete_many, fail, heartbeat, release
+from dms.jobs.statements import NOTIFY_CHANNEL
+from dms.jobs.validation import validate_lease
 from dms.jobs.window import Window
 from dms.uow import UnitOfWork
 

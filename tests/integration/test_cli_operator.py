@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import jobs
+from dms import jobs, migrations, provisioning
 from dms.cli import build_parser, main
 from dms.users import create_users_stand_in
 
@@ -42,6 +42,8 @@ def unmigrated_url(empty_database_url: URL) -> str:
         ["jobs", "dead"],
         ["jobs", "prune"],
         ["jobs", "requeue", "--dead"],
+        ["jobs", "list", "--state", "queued"],
+        ["jobs", "cancel", str(uuid.uuid4())],
         ["seed"],
         ["worker"],
     ],
@@ -60,6 +62,7 @@ def test_an_unmigrated_database_gets_one_line_and_exit_1(
         ["jobs", "stats", "--tenant", "nope"],
         ["jobs", "dead", "--tenant", "nope"],
         ["jobs", "requeue", "--dead", "--tenant", "nope"],
+        ["jobs", "list", "--state", "dead", "--tenant", "nope"],
     ],
 )
 def test_a_filter_on_a_tenant_that_does_not_exist_says_so(
@@ -225,3 +228,122 @@ def test_jobs_enqueue_for_a_missing_tenant_and_show_of_a_missing_job(
     assert capsys.readouterr().err.splitlines() == ["error: tenant 'nope' does not exist"]
     assert main(["--database-url", url, "jobs", "show", str(missing)]) == 1
     assert capsys.readouterr().err.splitlines() == [f"error: job {missing} does not exist"]
+
+
+def _enqueued(database_url: URL, tenant: str, kind: str) -> uuid.UUID:
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        job_id = jobs.enqueue(conn, kind, {}, tenant=tenant).job_id
+    engine.dispose()
+    return job_id
+
+
+def test_jobs_cancel_then_list_by_state(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    kind = f"test.cli.{uuid.uuid4().hex[:8]}"
+    job_id = _enqueued(database_url, tenant, kind)
+    listing = ["--database-url", url, "jobs", "list", "--tenant", tenant, "--kind", kind]
+    capsys.readouterr()
+
+    assert main([*listing, "--state", "queued"]) == 0
+    queued = capsys.readouterr().out.splitlines()
+    assert main(["--database-url", url, "jobs", "cancel", str(job_id)]) == 0
+    cancelled = capsys.readouterr().out.splitlines()
+    assert main(["--database-url", url, "jobs", "cancel", str(job_id), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert main(["--database-url", url, "jobs", "cancel", str(job_id)]) == 0
+    twice = capsys.readouterr().out.splitlines()
+    assert main([*listing, "--state", "cancelled", "--json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main([*listing, "--state", "queued"]) == 0
+    none_left = capsys.readouterr().out.splitlines()
+
+    assert queued == [f"{job_id}\t{tenant}\t{kind}\tqueued\t0\t", "1 queued job(s) shown"]
+    assert cancelled == [f"cancelled job {job_id} (was queued)"]
+    assert (again["id"], again["state"]) == (str(job_id), "cancelled")
+    assert twice == [f"job {job_id} was already cancelled"]
+    assert [(job["id"], job["state"]) for job in as_json] == [(str(job_id), "cancelled")]
+    assert none_left == ["0 queued job(s) shown"]
+
+
+def test_jobs_cancel_of_a_running_job_says_it_can_no_longer_complete(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kind = f"test.cli.{uuid.uuid4().hex[:8]}"
+    job_id = _enqueued(database_url, tenant, kind)
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        jobs.dequeue(conn, "cli-worker", kinds=[kind])
+    engine.dispose()
+    capsys.readouterr()
+
+    assert main(["--database-url", _url(database_url), "jobs", "cancel", str(job_id)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"cancelled job {job_id}; its running attempt (worker cli-worker) can no longer complete"
+    ]
+
+
+def test_jobs_cancel_of_a_done_or_missing_job_is_one_line_and_exit_1(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    kind = f"test.cli.{uuid.uuid4().hex[:8]}"
+    job_id = _enqueued(database_url, tenant, kind)
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        (claimed,) = jobs.dequeue(conn, "cli-worker", kinds=[kind])
+        jobs.complete(conn, claimed)
+    engine.dispose()
+    missing = uuid.uuid4()
+    capsys.readouterr()
+
+    assert main(["--database-url", url, "jobs", "cancel", str(job_id)]) == 1
+    done = capsys.readouterr().err.splitlines()
+    assert main(["--database-url", url, "jobs", "cancel", str(missing)]) == 1
+    unknown = capsys.readouterr().err.splitlines()
+
+    assert done == [f"error: job {job_id} is done: only unfinished jobs can be cancelled"]
+    assert unknown == [f"error: job {missing} does not exist"]
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            ["list", "--state", "finished"],
+            "dms jobs list: error: argument --state: unknown state 'finished' "
+            "(one of queued, running, done, dead, cancelled)",
+        ),
+        (["list"], "dms jobs list: error: the following arguments are required: --state"),
+        (
+            ["list", "--state", "dead", "--limit", "0"],
+            "dms jobs list: error: argument --limit: must be at least 1, not 0",
+        ),
+        (["cancel", "42"], "dms jobs cancel: error: argument job_id: invalid UUID value: '42'"),
+    ],
+)
+def test_jobs_list_and_cancel_refuse_bad_arguments_in_one_line(
+    database_url: URL, command: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--database-url", _url(database_url), "jobs", *command])
+
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == message
+
+
+def test_jobs_cancel_on_a_database_before_0005_says_migrate(
+    empty_database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine, "0004")
+    provisioning.create_tenant(engine, "acme")
+    job_id = _enqueued(empty_database_url, "acme", "test.cli.old")
+    engine.dispose()
+    capsys.readouterr()
+
+    assert main(["--database-url", _url(empty_database_url), "jobs", "cancel", str(job_id)]) == 1
+    assert capsys.readouterr().err.splitlines() == [NOT_MIGRATED]

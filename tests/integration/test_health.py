@@ -172,6 +172,18 @@ def test_metrics_show_the_queue(own_db: Engine, kind: str) -> None:
     assert 'dms_jobs_table_rows{kind="dead"}' in text
 
 
+def test_health_and_metrics_count_cancelled_jobs(own_db: Engine, kind: str) -> None:
+    provisioning.create_tenant(own_db, "acme")
+    with own_db.begin() as conn:
+        jobs.cancel(conn, jobs.enqueue(conn, kind, {}, tenant="acme").job_id)
+        counts = health.queue_health(conn).counts
+
+    text = generate_latest(registry_for(own_db)).decode()
+
+    assert health.KindCount(kind=kind, state=jobs.JobState.CANCELLED, count=1) in counts
+    assert f'dms_jobs{{kind="{kind}",state="cancelled"}} 1.0' in text
+
+
 def test_metrics_of_an_unreachable_database_say_down() -> None:
     engine = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
     text = generate_latest(registry_for(engine)).decode()

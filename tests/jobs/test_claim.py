@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import ValidationError
-from dms.jobs import queue
+from dms.jobs import statements, validation
 from dms.jobs.tables import processing_jobs
 
 LONG_LEASE = timedelta(minutes=5)
@@ -183,7 +183,7 @@ def test_a_claim_the_server_refuses_is_rolled_back_and_the_connection_stays_usab
         {"limit": 0},
         {"lease": timedelta(0)},
         {"lease": 30},
-        {"lease": queue.MAX_LEASE + timedelta(microseconds=1)},
+        {"lease": validation.MAX_LEASE + timedelta(microseconds=1)},
         {"lease": timedelta(days=999_999_999)},
     ],
 )
@@ -224,12 +224,12 @@ def test_claim_and_completion_plans_look_jobs_up_by_primary_key(
         conn.execute(sa.text("ANALYZE dms.processing_jobs"))
     claim = _plan(
         engine,
-        queue._claim_statement(True),
+        statements.claim_statement(True),
         {"worker_id": "w", "limit": 500, "lease": LONG_LEASE, "kinds": [kind]},
     )
     acked = '[{"position": 1, "id": "00000000000000000000000000000000", "locked_by": "w", '
     acked += '"attempts": 1}]'
-    completion = _plan(engine, queue._complete_many_statement(), {"acked": acked})
+    completion = _plan(engine, statements.complete_many_statement(), {"acked": acked})
     for plan in (claim, completion):
         assert "Seq Scan on processing_jobs" not in plan, plan
         assert "pk_processing_jobs" in plan, plan

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
-from dms.jobs.queue import DEFAULT_MAX_ATTEMPTS
+from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.tables import job_idempotency_keys, processing_jobs
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_jobs

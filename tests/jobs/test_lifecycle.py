@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from dms import jobs
 from dms.errors import LeaseLost, NotFound, ValidationError
 from dms.jobs.backoff import DEFAULT_BACKOFF
-from dms.jobs.queue import MAX_LEASE
 from dms.jobs.tables import processing_jobs
+from dms.jobs.validation import MAX_LEASE
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, job_effects, wait_for
 

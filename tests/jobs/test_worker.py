@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import ValidationError
-from dms.jobs.queue import MAX_LEASE
+from dms.jobs.validation import MAX_LEASE
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 

@@ -207,3 +207,41 @@ def test_every_tenant_table_but_users_has_one_owner() -> None:
     owners = [table for tables in OWNED_TABLES.values() for table in tables]
     declared = {table.name for table in tenant.metadata.tables.values() if table.schema is None}
     assert sorted(owners) == sorted(declared)
+
+
+#: What the job queue must never load: it sits below the unit of work (DESIGN §8).
+ABOVE_THE_QUEUE = ("dms.uow", "dms.repositories", "dms.services")
+#: Modules of ``dms.jobs`` that still reach above it: the Worker runs handlers in a
+#: ``UnitOfWork`` until its rebuild (issue 10) takes a unit-of-work factory instead, and the
+#: package imports the Worker. Delete them from here then.
+QUEUE_MODULES_ABOVE_ALLOWED = frozenset({"dms.jobs", "dms.jobs.worker"})
+
+
+def reachable(module: str, graph: Mapping[str, set[str]]) -> set[str]:
+    """Every module that importing ``module`` loads, through any chain of imports."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        for target in graph[pending.pop()]:
+            if target not in seen:
+                seen.add(target)
+                pending.append(target)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(
+        m for m in modules() if m.startswith("dms.jobs") and m not in QUEUE_MODULES_ABOVE_ALLOWED
+    ),
+)
+def test_the_job_queue_loads_nothing_above_it(module: str) -> None:
+    above = {m for m in reachable(module, import_graph()) if m.startswith(ABOVE_THE_QUEUE)}
+    assert above == set()
+
+
+def test_the_reach_of_an_import_is_followed_through_chains() -> None:
+    """Control: the Worker reaches the repositories only through ``dms.uow``."""
+    graph = import_graph()
+    assert "dms.repositories.errors" not in internal_imports("dms.jobs.worker")
+    assert "dms.repositories.errors" in reachable("dms.jobs.worker", graph)

@@ -1,0 +1,125 @@
+"""Claiming jobs: :func:`dequeue` for any caller, :func:`reclaim_expired` for expired leases.
+
+A claim is ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`` feeding ``UPDATE ... RETURNING`` in
+one statement, so two workers never claim the same row and never wait on each other. Expired
+leases are taken back by a separate statement, so the hot claim only ever scans queued rows.
+A worker's claim in one round trip is :func:`dms.jobs.pipeline.claim_batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from dms.jobs.executor import Executor, connection_of
+from dms.jobs.model import Job
+from dms.jobs.rows import claimed_jobs, job_of_row
+from dms.jobs.statements import (
+    claim_statement,
+    queue_order_statement,
+    reclaim_statement,
+    restore_order_statement,
+)
+from dms.jobs.validation import require_claim, require_flag, require_int, require_names
+
+#: How long a claim holds a job before another worker may take it over.
+LEASE_SECONDS = 30
+
+
+def dequeue(
+    target: Executor,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None = None,
+    limit: int = 1,
+    lease: timedelta = timedelta(seconds=LEASE_SECONDS),
+    reclaim: bool = True,
+) -> list[Job]:
+    """Claim up to ``limit`` runnable jobs for ``worker_id`` (of ``kinds``, default any).
+
+    Runnable: ``queued`` with ``run_at`` passed, by ``priority``, then ``run_at``. A claim sets
+    ``state = 'running'``, ``locked_by``, the lease and ``attempts + 1``. Rows locked by other
+    claims are skipped, not waited for. Commit promptly: the claim is invisible to other workers
+    until then.
+
+    With ``reclaim`` (the default), :func:`reclaim_expired` runs first, so jobs whose lease
+    expired (their worker died) are taken over by this claim: such a reclaim counts as an
+    attempt, and a job whose lease expired on its last attempt goes to ``dead`` instead. That is
+    a second, cheap statement (an index scan of the running rows); a caller that reclaims on its
+    own schedule, as :class:`~dms.jobs.Worker` does, passes ``reclaim=False`` and claims in one
+    statement, whose text depends only on whether ``kinds`` is given (so it is prepared once per
+    connection).
+
+    In a transaction, the claim runs with ``enable_sort`` off (restored afterwards), so that it
+    always walks the queue index in order and stops after ``limit`` rows, whatever the table's
+    statistics say (two more round trips); on an autocommit connection the setting would not
+    last until the claim, so the planner decides alone.
+    """
+    require_claim(worker_id, kinds, limit, lease)
+    require_flag("reclaim", reclaim)
+    conn = connection_of(target)
+    if reclaim:
+        reclaim_expired(conn, kinds=kinds)
+    if _autocommit(conn):
+        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+    previous = conn.execute(queue_order_statement()).scalar_one()
+    try:
+        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+    finally:
+        if previous != "off":
+            conn.execute(restore_order_statement(), {"value": previous})
+
+
+def _claim(
+    conn: Connection,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+) -> list[Job]:
+    params = claim_params(worker_id, kinds, limit, lease)
+    document = conn.execute(claim_statement(kinds is not None), params).scalar_one()
+    return claimed_jobs(document, worker_id)
+
+
+def claim_params(
+    worker_id: str, kinds: Collection[str] | None, limit: int, lease: timedelta
+) -> dict[str, Any]:
+    """The parameters of :func:`~dms.jobs.statements.claim_statement`."""
+    params: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "lease": lease}
+    if kinds is not None:
+        params["kinds"] = list(kinds)
+    return params
+
+
+def _autocommit(conn: Connection) -> bool:
+    driver = conn.connection.driver_connection
+    return bool(getattr(driver, "autocommit", False))
+
+
+def reclaim_expired(
+    target: Executor, *, kinds: Collection[str] | None = None, limit: int = 1000
+) -> list[Job]:
+    """Take back up to ``limit`` running jobs (of ``kinds``) whose lease expired; return them.
+
+    Their worker died or stalled past its lease. Each such lease counts as the attempt it was:
+    the job gets the error ``lease of worker W expired during attempt N`` (as ``last_error``
+    and in its ``errors`` history) and goes back to ``queued`` (``run_at`` unchanged, so it is
+    claimed again before newer jobs), or to ``dead`` when that was its last attempt, so a job
+    that kills its worker every time ends in the dead letter. The next claim increments
+    ``attempts``, so the old worker's fence ``(id, locked_by, attempts, running)`` no longer
+    matches and its late acknowledgements raise :class:`~dms.errors.LeaseLost` (already now:
+    the job is no longer ``running``). Rows locked by others are skipped, not waited for.
+    """
+    require_int("limit", limit, minimum=1)
+    if kinds is not None:
+        require_names("kinds", kinds)
+    params: dict[str, Any] = {"limit": limit}
+    if kinds is not None:
+        params["kinds"] = list(kinds)
+    rows = connection_of(target).execute(reclaim_statement(kinds is not None), params).all()
+    return [job_of_row(row) for row in rows]

@@ -1,0 +1,99 @@
+"""A worker's claim in one round trip: ``BEGIN``, settings, claim and ``COMMIT`` pipelined.
+
+SQLAlchemy cannot pipeline, so :func:`claim_batch` runs the claim's Core statements, compiled
+once, on the psycopg connection under the SQLAlchemy one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dms.errors import ValidationError
+from dms.jobs.claims import claim_params
+from dms.jobs.model import Job
+from dms.jobs.rows import claimed_jobs
+from dms.jobs.statements import claim_statement, claimer_settings_statement
+from dms.jobs.validation import require_claim
+
+
+def claim_batch(
+    conn: Connection,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+) -> list[Job]:
+    """:func:`dequeue` without the reclaim, in a transaction of its own: a worker's claim.
+
+    ``BEGIN``, the claimer's settings (see :func:`claimer_settings_statement`), the claim and
+    ``COMMIT`` go to the server together, in psycopg's pipeline mode: one round trip instead of
+    four (SQLAlchemy cannot pipeline, so they run on the driver connection under ``conn``,
+    compiled from the same Core statements). ``conn`` must not be in a transaction
+    (:class:`~dms.errors.ValidationError` otherwise); it may be autocommit. Database errors
+    are raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as ``conn.execute``
+    raises them, and leave no transaction open: the connection stays usable unless it broke.
+    """
+    require_claim(worker_id, kinds, limit, lease)
+    driver = conn.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise ValidationError("claim_batch needs a psycopg connection")
+    if driver.info.transaction_status != _IDLE:
+        raise ValidationError("claim_batch runs its own transaction: call it outside one")
+    params = claim_params(worker_id, kinds, limit, lease)
+    settings = _compiled(claimer_settings_statement(), conn.dialect)
+    claim = _compiled(claim_statement(kinds is not None), conn.dialect)
+    autocommit = driver.autocommit
+    cursor = driver.cursor()
+    try:
+        # BEGIN and COMMIT as statements of an autocommit connection: psycopg's own transaction
+        # handling waits for the server after BEGIN and again at COMMIT (libpq's trace shows
+        # four Syncs); this way the pipeline sends its single Sync when it closes.
+        driver.autocommit = True
+        with driver.pipeline():
+            driver.execute(_BEGIN)
+            cursor.execute(settings.string, settings.construct_params())
+            cursor.execute(claim.string, claim.construct_params(params))
+            driver.execute(_COMMIT)
+        row = cursor.fetchone()
+    except psycopg.Error as exc:
+        broken = not _rolled_back(driver)
+        if broken:  # what SQLAlchemy does for its own statements: the pool replaces it
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            claim.string, params, exc, psycopg.Error, connection_invalidated=broken
+        ) from exc
+    finally:
+        cursor.close()
+        if not driver.closed and driver.info.transaction_status == _IDLE:
+            driver.autocommit = autocommit
+    return claimed_jobs(row[0] if row else None, worker_id)
+
+
+_BEGIN = b"BEGIN"
+_COMMIT = b"COMMIT"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _rolled_back(driver: psycopg.Connection[Any]) -> bool:
+    """End the transaction a failed claim left aborted; False if the connection is broken."""
+    if driver.closed:
+        return False
+    try:
+        driver.rollback()
+    except psycopg.Error:
+        return False
+    return driver.info.transaction_status == _IDLE
+
+
+@functools.cache
+def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> sa.Compiled:
+    """``statement`` compiled once for ``dialect``, for the driver-level execution above."""
+    return sa.ClauseElement.compile(statement, dialect=dialect)  # type: ignore[arg-type]

@@ -1,0 +1,571 @@
+"""Every statement on the job queue's tables, as Core expressions, built once where possible.
+
+The queue tables live in the shared schema ``dms`` and are declared with that schema
+explicitly, so a tenant-routed connection reaches them unchanged. Concurrency rests on
+PostgreSQL alone:
+
+* **idempotent enqueue**: ``INSERT ... ON CONFLICT DO NOTHING`` on the ledger's primary key;
+* **claims**: ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT n`` feeding ``UPDATE ... RETURNING`` in
+  one statement;
+* **reclaims**: a separate statement puts ``running`` jobs whose lease expired back to
+  ``queued`` (or ``dead``), so the hot claim only ever scans queued rows;
+* **fencing**: an acknowledgement matches ``(id, locked_by, attempts, state = 'running')``.
+
+Transactions are expected at READ COMMITTED (PostgreSQL's default).
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.types import TypeEngine
+
+from dms.jobs import wire
+from dms.jobs.model import JobState
+from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.tables import processing_jobs as jobs
+from dms.schema.shared import tenants
+
+#: The LISTEN/NOTIFY channel on which enqueue wakes workers up.
+NOTIFY_CHANNEL = "dms_jobs"
+
+
+def tenants_known() -> sa.ColumnElement[bool]:
+    """Every tenant of the batch (``:slugs``, ``:tenant_count`` of them) is registered.
+
+    Evaluated once per statement, it also wakes listening workers: ``pg_notify`` once per known
+    tenant (PostgreSQL folds repeated notifications), delivered when the caller commits, so
+    never before the jobs can be seen. A statement whose tenants are not all known inserts
+    nothing, and the caller's transaction stays usable.
+    """
+    slugs = sa.bindparam("slugs", type_=ARRAY(sa.Text))
+    notified = (
+        sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, ""))
+        .where(tenants.c.slug == sa.any_(slugs))
+        .subquery("notified")
+    )
+    found = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
+    return found == sa.bindparam("tenant_count", type_=sa.Integer)
+
+
+#: Columns of an enqueued batch, one object per job in one document (see :mod:`.wire`): the
+#: statement's text does not depend on the batch size, so it is prepared once per connection
+#: and has no parameter-count limit.
+BATCH_COLUMNS: tuple[tuple[str, TypeEngine[Any]], ...] = (
+    ("id", sa.Uuid()),
+    ("tenant", sa.Text()),
+    ("kind", sa.Text()),
+    ("payload", JSONB()),
+    ("priority", sa.Integer()),
+    ("max_attempts", sa.Integer()),
+    ("run_at", sa.DateTime(timezone=True)),
+    ("backoff", JSONB()),
+    ("idempotency_key", sa.Text()),
+)
+
+
+@functools.cache
+def insert_statement(*, keyed: bool) -> sa.Executable:
+    """Insert the jobs of a batch; ``keyed``: only those whose key the ledger did not hold.
+
+    ``WITH inserted AS (INSERT INTO processing_jobs SELECT ... FROM json_to_recordset(:batch)
+    WHERE`` the tenants are known (:func:`tenants_known`) ``RETURNING id) SELECT count(*)
+    FROM inserted``, or with keys: ``WITH batch AS (SELECT ...
+    WHERE`` the tenants are known ``), claimed_keys AS (INSERT INTO ledger SELECT ... FROM batch
+    WHERE key IS NOT NULL ON CONFLICT DO NOTHING RETURNING job_id) INSERT INTO processing_jobs
+    SELECT ... FROM batch WHERE key IS NULL OR id IN claimed_keys RETURNING id``.
+    """
+    recordset = wire.recordset("batch", BATCH_COLUMNS)
+    columns = [name for name, _ in BATCH_COLUMNS]
+    if not keyed:
+        rows = new_rows(recordset).where(tenants_known())
+        inserted = insert(jobs).from_select(columns, rows).returning(jobs.c.id).cte("inserted")
+        return sa.select(sa.func.count()).select_from(inserted)
+    batch = sa.select(recordset).where(tenants_known()).cte("batch")
+    expires_at = sa.func.now() + sa.bindparam("key_retention", type_=sa.Interval)
+    claimed_keys = (
+        insert(ledger)
+        .from_select(
+            ["tenant", "kind", "idempotency_key", "job_id", "expires_at"],
+            sa.select(
+                batch.c.tenant, batch.c.kind, batch.c.idempotency_key, batch.c.id, expires_at
+            ).where(batch.c.idempotency_key.is_not(None)),
+        )
+        .on_conflict_do_nothing()
+        .returning(ledger.c.job_id)
+        .cte("claimed_keys")
+    )
+    free = batch.c.idempotency_key.is_(None) | batch.c.id.in_(sa.select(claimed_keys.c.job_id))
+    statement = insert(jobs).from_select(columns, new_rows(batch).where(free))
+    # A data-modifying WITH must sit at the top of the statement.
+    statement = statement.add_cte(batch, nest_here=True).add_cte(claimed_keys, nest_here=True)
+    return statement.returning(jobs.c.id)
+
+
+def new_rows(batch: sa.FromClause) -> sa.Select[Any]:
+    """The rows of ``batch`` in the order of :data:`BATCH_COLUMNS`, defaults applied."""
+    c = batch.c
+    run_at = sa.func.coalesce(c.run_at, sa.func.now())
+    return sa.select(
+        c.id,
+        c.tenant,
+        c.kind,
+        c.payload,
+        c.priority,
+        c.max_attempts,
+        run_at,
+        c.backoff,
+        c.idempotency_key,
+    )
+
+
+@functools.cache
+def claimer_settings_statement() -> sa.Executable:
+    """For this transaction: ``enable_sort`` off, and commit without waiting for the WAL flush.
+
+    ``enable_sort``: see :func:`queue_order_statement`. Asynchronous commit is safe for a claim
+    alone: a claim lost in a server crash leaves its jobs ``queued`` (claimed again, no attempt
+    counted), and the claimant's fenced acknowledgement then matches nothing; PostgreSQL flushes
+    WAL in order, so any later durable commit (a completion) makes the claim durable first.
+    """
+    return sa.select(
+        sa.func.set_config("enable_sort", "off", sa.true()),
+        sa.func.set_config("synchronous_commit", "off", sa.true()),
+    )
+
+
+CLAIMED_COLUMNS = (
+    jobs.c.id,
+    jobs.c.tenant,
+    jobs.c.kind,
+    jobs.c.payload,
+    jobs.c.priority,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.run_at,
+    jobs.c.last_error,
+    jobs.c.errors,
+    jobs.c.backoff,
+    jobs.c.idempotency_key,
+    jobs.c.created_at,
+)
+
+
+def claim_document(claimed: sa.CTE) -> sa.Select[Any]:
+    """The claim as one document (see :mod:`dms.jobs.wire`), read by :func:`_claim`.
+
+    ``[started_at, lease_expires_at, rows]``: ``started_at`` and ``lease_expires_at`` are the
+    claim's (``now()`` is the transaction's start, so every claimed row has these two). A row
+    holds every other column of the job but those the claimant knows (``state``, ``locked_by``,
+    ``finished_at``).
+    """
+    rows = wire.rows(
+        *(
+            wire.seconds(claimed.c[column.name])
+            if isinstance(column.type, sa.DateTime)
+            else claimed.c[column.name]
+            for column in CLAIMED_COLUMNS
+        )
+    )
+    started_at, lease_expires_at = lease_stamps()
+    document = wire.document(wire.seconds(started_at), wire.seconds(lease_expires_at), rows)
+    return sa.select(document.label("document")).select_from(claimed)
+
+
+def lease_stamps() -> tuple[sa.ColumnElement[datetime], sa.ColumnElement[datetime]]:
+    """What a claim writes as ``started_at`` and ``lease_expires_at``."""
+    return sa.func.now(), sa.func.now() + sa.bindparam("lease", type_=sa.Interval)
+
+
+@functools.cache
+def queue_order_statement() -> sa.Executable:
+    """``SET LOCAL enable_sort = off``, returning the previous value.
+
+    A materialized CTE reads the previous value before the change. The claim's only sort-free
+    plan is the ordered scan of ``ix_processing_jobs_dequeue`` that stops after ``limit`` rows.
+    With statistics taken while the queue was nearly empty (a fresh table, or a burst of jobs
+    since the last ANALYZE) the planner otherwise picks a bitmap scan and sorts every queued row
+    on each claim: 13 ms instead of 0.1 ms for 20,000 queued jobs, measured.
+    ``set_config(..., is_local => true)`` ends with the transaction, so it leaves no session
+    state (PgBouncer in transaction mode is fine).
+    """
+    previous = (
+        sa.select(sa.func.current_setting("enable_sort").label("value"))
+        .cte("previous")
+        .prefix_with("MATERIALIZED")
+    )
+    return sa.select(previous.c.value, sa.func.set_config("enable_sort", "off", sa.true()))
+
+
+@functools.cache
+def restore_order_statement() -> sa.Executable:
+    """Set ``enable_sort`` back to ``:value`` for the rest of the transaction."""
+    value = sa.bindparam("value", type_=sa.Text)
+    return sa.select(sa.func.set_config("enable_sort", value, sa.true()))
+
+
+def any_of(ids: sa.ScalarSelect[Any]) -> sa.ColumnElement[Any]:
+    """``ANY(ARRAY(ids))``: compared with ``id``, primary-key lookups of the selected ids."""
+    return sa.any_(sa.func.array(ids))
+
+
+def _of_kinds(filtered: bool) -> sa.ColumnElement[bool]:
+    if not filtered:
+        return sa.true()
+    return jobs.c.kind == sa.any_(sa.bindparam("kinds", type_=ARRAY(sa.Text)))
+
+
+def _history_entry(error: sa.ColumnElement[Any] | str) -> sa.ColumnElement[Any]:
+    entry = sa.func.jsonb_build_object(
+        "attempt",
+        jobs.c.attempts,
+        "worker",
+        jobs.c.locked_by,
+        "at",
+        sa.func.now(),
+        "error",
+        error,
+    )
+    return jobs.c.errors.op("||")(sa.func.jsonb_build_array(entry))
+
+
+def _lease_expiry_message() -> sa.ColumnElement[str]:
+    return sa.func.concat(
+        "lease of worker ", jobs.c.locked_by, " expired during attempt ", jobs.c.attempts
+    )
+
+
+@functools.cache
+def reclaim_statement(filtered: bool) -> sa.Executable:
+    """``WITH expired AS (SELECT id ... FOR UPDATE SKIP LOCKED) UPDATE ... FROM expired``.
+
+    Served by ``ix_processing_jobs_lease`` (running rows only): cheap when nothing expired.
+    """
+    expired = (
+        sa.select(jobs.c.id)
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.lease_expires_at < sa.func.now(),
+            _of_kinds(filtered),
+        )
+        .order_by(jobs.c.lease_expires_at)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+        .with_for_update(skip_locked=True)
+        .cte("expired")
+    )
+    exhausted = jobs.c.attempts >= jobs.c.max_attempts
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id == expired.c.id)
+        .values(
+            state=sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
+            finished_at=sa.case((exhausted, sa.func.now()), else_=None),
+            lease_expires_at=None,
+            last_error=_lease_expiry_message(),
+            errors=_history_entry(_lease_expiry_message()),
+        )
+        .returning(*jobs.c)
+    )
+
+
+@functools.cache
+def claim_statement(filtered: bool) -> sa.Executable:
+    """Claim up to ``:limit`` queued jobs and return them as one document.
+
+    ``WITH claimed AS (UPDATE ... WHERE id = ANY(ARRAY(SELECT id ... LIMIT n FOR UPDATE SKIP
+    LOCKED)) RETURNING *) SELECT`` the document. The hot path, kept to one index scan of
+    ``ix_processing_jobs_dequeue`` (queued rows only, in claim order) and primary-key lookups:
+    no expired-lease branch (see :func:`reclaim_expired`), no per-row CASE. The picked ids go
+    to the update as one array, looked up in the primary key whatever the statistics say:
+    joined with the table instead, a claim of 500 jobs was planned as a hash join over a
+    sequential scan of the whole table (14 ms of 23 with 40,000 rows in it, growing with every
+    finished job kept).
+    """
+    picked = (
+        sa.select(jobs.c.id)
+        .where(
+            jobs.c.state == JobState.QUEUED.value,
+            jobs.c.run_at <= sa.func.now(),
+            _of_kinds(filtered),
+        )
+        .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    started_at, lease_expires_at = lease_stamps()
+    claimed = (
+        sa.update(jobs)
+        .where(jobs.c.id == any_of(picked))
+        .values(
+            state=JobState.RUNNING.value,
+            attempts=jobs.c.attempts + 1,
+            locked_by=sa.bindparam("worker_id", type_=sa.Text),
+            started_at=started_at,
+            lease_expires_at=lease_expires_at,
+        )
+        .returning(*CLAIMED_COLUMNS)
+        .cte("claimed")
+    )
+    return claim_document(claimed)
+
+
+def _fence() -> sa.ColumnElement[bool]:
+    return sa.and_(
+        jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+        jobs.c.locked_by == sa.bindparam("fence_worker", type_=sa.Text),
+        jobs.c.attempts == sa.bindparam("fence_attempt", type_=sa.Integer),
+        jobs.c.state == JobState.RUNNING.value,
+    )
+
+
+def _completed_values() -> dict[str, Any]:
+    return {
+        "state": JobState.DONE.value,
+        "lease_expires_at": None,
+        "finished_at": sa.func.now(),
+    }
+
+
+def _failed_values() -> dict[str, Any]:
+    exhausted = (jobs.c.attempts >= jobs.c.max_attempts) | sa.bindparam("give_up", type_=sa.Boolean)
+    retry_at = sa.func.now() + sa.bindparam("delay", type_=sa.Interval)
+    return {
+        "state": sa.case((exhausted, JobState.DEAD.value), else_=JobState.QUEUED.value),
+        "run_at": sa.case((exhausted, jobs.c.run_at), else_=retry_at),
+        "finished_at": sa.case((exhausted, sa.func.now()), else_=None),
+        "lease_expires_at": None,
+        "last_error": sa.bindparam("error", type_=sa.Text),
+        "errors": _history_entry(sa.bindparam("summary", type_=sa.Text)),
+    }
+
+
+_FENCED_VALUES: dict[str, Any] = {
+    "complete": _completed_values,
+    "heartbeat": lambda: {
+        "lease_expires_at": sa.func.now() + sa.bindparam("lease", type_=sa.Interval)
+    },
+    "release": lambda: {
+        "state": JobState.QUEUED.value,
+        "attempts": jobs.c.attempts - 1,
+        "lease_expires_at": None,
+    },
+    "fail": _failed_values,
+}
+
+
+@functools.cache
+def fenced_statement(action: str) -> sa.Executable:
+    """``UPDATE ... WHERE id, locked_by, attempts match the claim``; built once per action."""
+    values = _FENCED_VALUES[action]()
+    return sa.update(jobs).where(_fence()).values(**values).returning(*jobs.c)
+
+
+@functools.cache
+def complete_many_statement() -> sa.Executable:
+    """Complete the jobs of ``:acked`` whose fence matches; return their positions in it.
+
+    ``UPDATE ... FROM json_to_recordset(:acked) WHERE id = ANY(ARRAY(SELECT id FROM
+    json_to_recordset(:acked))) AND`` the fence of each job. The ids as an array too: they are
+    looked up in the primary key whatever the statistics say (see :func:`claim_statement`).
+    """
+    columns: list[tuple[str, TypeEngine[Any]]] = [
+        ("position", sa.Integer()),
+        ("id", sa.Uuid()),
+        ("locked_by", sa.Text()),
+        ("attempts", sa.Integer()),
+    ]
+    acked = wire.recordset("acked", columns)
+    ids = wire.recordset("acked", columns)
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == any_of(sa.select(ids.c.id).scalar_subquery()),
+            jobs.c.id == acked.c.id,
+            jobs.c.locked_by == acked.c.locked_by,
+            jobs.c.attempts == acked.c.attempts,
+            # Means state = 'running' (CHECK lease_only_when_running), said so that the planner
+            # cannot use the lease index, whose entries of completed jobs stay until vacuum.
+            jobs.c.lease_expires_at.is_not(None),
+        )
+        .values(**_completed_values())
+        .returning(acked.c.position)
+    )
+
+
+def requeued_values() -> dict[str, Any]:
+    """What a requeue writes: ``queued`` now, attempts reset."""
+    return {
+        "state": JobState.QUEUED.value,
+        "attempts": 0,
+        "run_at": sa.func.now(),
+        "locked_by": None,
+        "finished_at": None,
+    }
+
+
+def dead_filter(
+    kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.ColumnElement[bool]:
+    """Dead jobs matching every filter given (``None``: any)."""
+    clauses = [jobs.c.state == JobState.DEAD.value]
+    if kind is not None:
+        clauses.append(jobs.c.kind == kind)
+    if tenant is not None:
+        clauses.append(jobs.c.tenant == tenant)
+    if older_than is not None:
+        clauses.append(jobs.c.finished_at < sa.func.now() - sa.literal(older_than, sa.Interval))
+    return sa.and_(*clauses)
+
+
+#: States a job can be cancelled from: every state but the terminal ``done`` and ``cancelled``.
+CANCELLABLE = (JobState.QUEUED.value, JobState.RUNNING.value, JobState.DEAD.value)
+
+
+@functools.cache
+def cancel_statement() -> sa.Executable:
+    """Cancel ``:job_id`` unless it is done or cancelled already; return the row if it was.
+
+    A running job's lease ends here: its worker's fenced settlement (which matches
+    ``state = 'running'``) changes nothing from now on. ``locked_by`` stays, to say who ran it.
+    """
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+            jobs.c.state.in_(CANCELLABLE),
+        )
+        .values(
+            state=JobState.CANCELLED.value,
+            lease_expires_at=None,
+            finished_at=sa.func.now(),
+        )
+        .returning(*jobs.c)
+    )
+
+
+def list_statement(
+    state: JobState | None, tenant: str | None, kind: str | None, limit: int
+) -> sa.Select[Any]:
+    """Jobs matching every filter given (``None``: any), the most recently created first."""
+    clauses = [
+        column == value
+        for column, value in (
+            (jobs.c.state, None if state is None else state.value),
+            (jobs.c.tenant, tenant),
+            (jobs.c.kind, kind),
+        )
+        if value is not None
+    ]
+    return (
+        sa.select(*jobs.c)
+        .where(sa.and_(sa.true(), *clauses))
+        .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+        .limit(limit)
+    )
+
+
+@functools.cache
+def get_statement() -> sa.Executable:
+    """The job ``:job_id``, every column."""
+    return sa.select(*jobs.c).where(jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid))
+
+
+@functools.cache
+def requeue_statement() -> sa.Executable:
+    """Requeue ``:job_id`` if it is dead; return its row if it was."""
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
+            jobs.c.state == JobState.DEAD.value,
+        )
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+
+
+def requeue_matching_statement(
+    kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.Executable:
+    """Requeue every dead job matching the filters (:func:`dead_filter`); return their rows."""
+    return (
+        sa.update(jobs)
+        .where(dead_filter(kind, tenant, older_than))
+        .values(**requeued_values())
+        .returning(*jobs.c)
+    )
+
+
+def dead_letter_statement(
+    kind: str | None, tenant: str | None, older_than: timedelta | None, limit: int
+) -> sa.Select[Any]:
+    """Dead jobs matching the filters, the most recently dead first."""
+    return (
+        sa.select(*jobs.c)
+        .where(dead_filter(kind, tenant, older_than))
+        .order_by(jobs.c.finished_at.desc(), jobs.c.id)
+        .limit(limit)
+    )
+
+
+def _scope(tenant: str | None, kind: str | None) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        sa.true() if tenant is None else jobs.c.tenant == tenant,
+        sa.true() if kind is None else jobs.c.kind == kind,
+    )
+
+
+def state_counts_statement(tenant: str | None, kind: str | None) -> sa.Select[Any]:
+    """``(tenant, kind, state, count)`` of the jobs in scope, in that order."""
+    return (
+        sa.select(jobs.c.tenant, jobs.c.kind, jobs.c.state, sa.func.count())
+        .where(_scope(tenant, kind))
+        .group_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+        .order_by(jobs.c.tenant, jobs.c.kind, jobs.c.state)
+    )
+
+
+def oldest_queued_statement(tenant: str | None, kind: str | None) -> sa.Select[Any]:
+    """How long the longest-waiting runnable job in scope has waited (``NULL``: none)."""
+    waited = sa.type_coerce(sa.func.now() - sa.func.min(jobs.c.run_at), sa.Interval)
+    return sa.select(waited).where(
+        _scope(tenant, kind),
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.run_at <= sa.func.now(),
+    )
+
+
+def _before(older_than: sa.BindParameter[timedelta]) -> sa.ColumnElement[datetime]:
+    return sa.func.now() - older_than
+
+
+@functools.cache
+def expired_leases_statement() -> sa.Executable:
+    """Running jobs whose lease expired over ``:older_than`` ago."""
+    return sa.select(sa.func.count()).where(
+        jobs.c.state == JobState.RUNNING.value,
+        jobs.c.lease_expires_at < _before(sa.bindparam("older_than", type_=sa.Interval)),
+    )
+
+
+@functools.cache
+def prune_jobs_statement(*, include_dead: bool) -> sa.Executable:
+    """Delete done and cancelled (and dead) jobs that finished over ``:older_than`` ago."""
+    states = [JobState.DONE.value, JobState.CANCELLED.value]
+    if include_dead:
+        states.append(JobState.DEAD.value)
+    return sa.delete(jobs).where(
+        jobs.c.state.in_(states),
+        jobs.c.finished_at < _before(sa.bindparam("older_than", type_=sa.Interval)),
+    )
+
+
+@functools.cache
+def prune_keys_statement() -> sa.Executable:
+    """Delete the idempotency keys past their retention."""
+    return sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
