@@ -22,6 +22,7 @@ from dms.jobs import Job, Worker
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -107,6 +108,7 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),
+        unit_of_work=UnitOfWork.factory(ctx.engine),
     )
     if args.metrics_port is not None:
         metrics_module().serve(ctx.engine, args.metrics_port)
