@@ -111,7 +111,9 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         unit_of_work=UnitOfWork.factory(ctx.engine),
     )
     if args.metrics_port is not None:
-        metrics_module().serve(ctx.engine, args.metrics_port)
+        metrics = metrics_module()
+        collector = metrics.WorkerCollector(worker.name, worker.stats)
+        metrics.serve(ctx.engine, args.metrics_port, worker=collector)
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
     # Everything this process needs is loaded: keep the collector's full passes off those
     # objects (docs/jobs.md, "Running workers in production").

@@ -183,9 +183,19 @@ def test_printable_error_escapes_what_postgresql_cannot_store() -> None:
 
 def test_printable_error_keeps_the_end_of_a_huge_text() -> None:
     text = printable_error(RuntimeError("x" * 100_000 + "the end"))
-    assert len(text) <= PRINTABLE_CHARS + len("[...cut] ")
-    assert text.startswith("[...cut] ")
+    assert len(text) <= PRINTABLE_CHARS + len("\n[...cut] ")
+    assert text.startswith("RuntimeError: xxx")
+    assert "\n[...cut] " in text
     assert text.endswith("the end")
+
+
+def test_printable_error_names_the_error_it_failed_to_record_first() -> None:
+    failure = UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+    failure.__context__ = ValueError("document is locked")  # raised while recording it
+    assert printable_error(failure).splitlines()[0] == (
+        "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udcff' in position 0: "
+        "surrogates not allowed <- ValueError: document is locked"
+    )
 
 
 # --- supervision --------------------------------------------------------------------------

@@ -42,16 +42,41 @@ PRINTABLE_CHARS = 4000
 
 
 def printable_error(exc: BaseException) -> str:
-    """``exc`` and its traceback as text that any database can store.
+    """``exc``, the exceptions it was raised from, and its traceback as text any database stores.
 
-    Non-ASCII characters (lone surrogates included) and NUL are escaped; the end is kept,
-    where the exception and its innermost frames are.
+    The first line names each exception of the chain, the latest first (a failure to record a
+    handler's error then still shows that error); non-ASCII characters (lone surrogates
+    included) and NUL are escaped; of the traceback, the end is kept, where the exception and
+    its innermost frames are.
     """
-    text = "".join(traceback.format_exception(exc)).rstrip()
-    escaped = text.encode("ascii", "backslashreplace").decode("ascii").replace("\x00", "\\x00")
-    if len(escaped) <= PRINTABLE_CHARS:
-        return escaped
-    return "[...cut] " + escaped[-PRINTABLE_CHARS:]
+    summary = " <- ".join(_escaped(_one_line(error))[:_SUMMARY_CHARS] for error in _chain(exc))
+    trace = _escaped("".join(traceback.format_exception(exc)).rstrip())
+    room = max(0, PRINTABLE_CHARS - len(summary))
+    if len(trace) > room:
+        trace = "[...cut] " + trace[len(trace) - room :]
+    return f"{summary}\n{trace}"
+
+
+#: Longest text of one exception in the summary line of :func:`printable_error`.
+_SUMMARY_CHARS = 500
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__qualname__}: {lines[0] if lines else ''}"
+
+
+def _escaped(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii").replace("\x00", "\\x00")
 
 
 class Settler:
