@@ -207,20 +207,3 @@ def test_every_tenant_table_but_users_has_one_owner() -> None:
     owners = [table for tables in OWNED_TABLES.values() for table in tables]
     declared = {table.name for table in tenant.metadata.tables.values() if table.schema is None}
     assert sorted(owners) == sorted(declared)
-
-
-#: What ``dms.jobs`` sits below: the unit of work reaches the queue and the worker through a
-#: protocol and a factory (DESIGN §8), so importing the queue loads no repository.
-ABOVE_THE_QUEUE = ("dms.uow", "dms.repositories", "dms.services", "dms.processing", "dms.cli")
-
-
-@pytest.mark.parametrize("module", sorted(m for m in modules() if m.startswith("dms.jobs")))
-def test_the_queue_and_its_worker_import_nothing_above_them(module: str) -> None:
-    above = {m for m in internal_imports(module) if m.startswith(ABOVE_THE_QUEUE)}
-    assert above == set()
-
-
-def test_the_layer_check_sees_what_the_queue_sits_below() -> None:
-    """Control: the processing handlers are above the queue, and import the unit of work."""
-    assert "dms.uow" in internal_imports("dms.processing")
-    assert internal_imports("dms.processing") & {"dms.jobs"}

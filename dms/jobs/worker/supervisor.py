@@ -39,8 +39,20 @@ class Part(Protocol):
 class Supervisor:
     """Starts parts in daemon threads and replaces those that fail."""
 
-    def __init__(self, *, name: str, tally: Tally, stopping: threading.Event) -> None:
-        """Supervise the parts of worker ``name``; none is replaced once ``stopping`` is set."""
+    def __init__(
+        self,
+        *,
+        name: str,
+        tally: Tally,
+        stopping: threading.Event,
+        runner_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Supervise the parts of worker ``name``; none is replaced once ``stopping`` is set.
+
+        ``runner_lost`` is called when a failed runner cannot be replaced (no thread can be
+        started): the worker then releases the jobs it claimed ahead if no runner is left.
+        """
+        self._runner_lost = runner_lost
         self._name = name
         self._tally = tally
         self._stopping = stopping
@@ -131,3 +143,5 @@ class Supervisor:
             self.start(role, make)
         except RuntimeError:  # no thread can be started: the process is out of resources
             log.critical("worker %s: cannot replace the %s", self._name, role, exc_info=True)
+            if role == RUNNER:
+                self._runner_lost()

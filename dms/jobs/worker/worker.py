@@ -120,6 +120,9 @@ class Worker(Generic[U]):
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._runners_done = threading.Event()
+        # Leases are renewed until the stop has released what the worker held: a handler in
+        # its grace period keeps its lease.
+        self._renewals_end = threading.Event()
         self._tally = Tally(self._concurrency)
         self._book = ClaimBook(
             runners=self._concurrency,
@@ -133,7 +136,12 @@ class Worker(Generic[U]):
         self._settler = Settler(
             engine, book=self._book, tally=self._tally, worker=self.name, backoff=self._backoff
         )
-        self._supervisor = Supervisor(name=self.name, tally=self._tally, stopping=self._stopping)
+        self._supervisor = Supervisor(
+            name=self.name,
+            tally=self._tally,
+            stopping=self._stopping,
+            runner_lost=self._release_ready,
+        )
         self._started = False
 
     # --- parts ----------------------------------------------------------------------------
@@ -182,7 +190,7 @@ class Worker(Generic[U]):
             book=self._book,
             tally=self._tally,
             lease=self._lease,
-            stopping=self._stopping,
+            stopping=self._renewals_end,
         )
 
     def _listener(self, url: str) -> Part:
@@ -222,14 +230,33 @@ class Worker(Generic[U]):
         self._wakeup.wake()
         self._book.wake_all()
         deadline = time.monotonic() + grace
-        self._supervisor.join(RUNNER, timeout=grace)
+        # A claim under way when the stop came is handed out before the claimers end: it is
+        # then held, and released below with the rest.
+        self._supervisor.join("claimer", timeout=self._poll_seconds + 1.0)
+        self._release_ready()
+        self._supervisor.join(RUNNER, timeout=max(0.0, deadline - time.monotonic()))
         # Finished jobs waiting for their batched completion are completed before the rest
-        # (jobs still running past the grace period, jobs never started) is released.
+        # (jobs still running past the grace period) is released.
         self._runners_done.set()
         self._supervisor.join("completer", timeout=max(1.0, deadline - time.monotonic()))
         for claim in self._book.take_all():
             self._settler.release(claim)
-        self._supervisor.join("claimer", "renewer", "listener", timeout=self._poll_seconds + 1.0)
+        self._renewals_end.set()
+        self._supervisor.join("renewer", "listener", timeout=self._poll_seconds + 1.0)
+
+    def _release_ready(self) -> None:
+        """Release the jobs claimed ahead that no runner has taken: no one will run them here.
+
+        At a stop, and when a failed runner cannot be replaced and none is left.
+        """
+        if self._tally.snapshot(held=0).runners_alive > 0 and not self._stopping.is_set():
+            return
+        while True:
+            try:
+                claim = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            self._settler.release(claim)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for every thread of the worker to end (after :meth:`stop`); True if all did.
