@@ -140,7 +140,9 @@ def baseline(
 def verify(engine: Engine, tenant: str, store: LocalBlobStore) -> str:
     """Run a worker until the tenant's verification jobs are finished; describe the outcome."""
     started = time.perf_counter()
-    with jobs.Worker(engine, handlers(store), concurrency=4):
+    with jobs.Worker(
+        engine, handlers(store), concurrency=4, unit_of_work=UnitOfWork.factory(engine)
+    ):
         while True:
             with engine.connect() as conn:
                 stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)

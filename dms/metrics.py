@@ -18,22 +18,36 @@ metric                                      meaning
 ``dms_jobs_table_last_vacuum_timestamp``    last (auto)vacuum, Unix time (0: never)
 ``dms_cleanup_holder_age_xids``             age of the oldest snapshot holding back vacuum
 ==========================================  ===========================================
+
+With ``dms worker --metrics-port``, the worker's own counters (:class:`~dms.jobs.worker.
+WorkerStats`, read from the worker in memory at each scrape) are exported too, labelled with
+the worker's name:
+
+==========================================  ===========================================
+``dms_worker_runners``                      runner threads configured
+``dms_worker_runners_alive``                runner threads alive (below: being replaced)
+``dms_worker_runners_replaced_total``       runners that failed and were replaced
+``dms_worker_parts_restarted_total``        other parts that failed and were restarted
+``dms_worker_jobs_held``                    jobs claimed and not yet settled
+``dms_worker_jobs_total{outcome}``          completed, failed, released, lost, abandoned
+==========================================  ===========================================
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
 from dms.errors import ConfigurationError
 from dms.health import QueueHealth, queue_health
+from dms.jobs.worker import WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +111,60 @@ def _queue_metrics(health: QueueHealth) -> Iterator[Any]:
     )
 
 
-def registry_for(engine: Engine) -> CollectorRegistry:
-    """A registry with the queue's collector (and nothing else: no process metrics)."""
+class WorkerCollector(Collector):
+    """Collects a worker's own counters (:class:`~dms.jobs.worker.WorkerStats`) at every scrape."""
+
+    def __init__(self, name: str, stats: Callable[[], WorkerStats]) -> None:
+        """Read ``stats()`` of the worker called ``name``."""
+        self._name = name
+        self._stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        """The ``dms_worker_*`` metrics of the module's second table."""
+        stats = self._stats()
+        labels = ["worker"]
+        for metric, value, meaning in (
+            ("dms_worker_runners", stats.runners, "runner threads configured"),
+            ("dms_worker_runners_alive", stats.runners_alive, "runner threads alive"),
+            ("dms_worker_jobs_held", stats.held, "jobs claimed and not yet settled"),
+        ):
+            gauge = GaugeMetricFamily(metric, meaning, labels=labels)
+            gauge.add_metric([self._name], value)
+            yield gauge
+        for metric, value, meaning in (
+            ("dms_worker_runners_replaced", stats.runners_replaced, "runners replaced"),
+            ("dms_worker_parts_restarted", stats.parts_restarted, "other parts restarted"),
+        ):
+            counter = CounterMetricFamily(metric, meaning, labels=labels)
+            counter.add_metric([self._name], value)
+            yield counter
+        jobs = CounterMetricFamily(
+            "dms_worker_jobs",
+            "jobs settled by this worker, by outcome",
+            labels=[*labels, "outcome"],
+        )
+        for outcome in ("completed", "failed", "released", "lost", "abandoned"):
+            jobs.add_metric([self._name, outcome], getattr(stats, outcome))
+        yield jobs
+
+
+def registry_for(engine: Engine, *, worker: WorkerCollector | None = None) -> CollectorRegistry:
+    """A registry with the queue's collector, and the worker's if given (no process metrics)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(QueueCollector(engine))
+    if worker is not None:
+        registry.register(worker)
     return registry
 
 
-def serve(engine: Engine, port: int, *, address: str = "0.0.0.0") -> None:  # noqa: S104
+def serve(
+    engine: Engine,
+    port: int,
+    *,
+    address: str = "0.0.0.0",  # noqa: S104
+    worker: WorkerCollector | None = None,
+) -> None:
     """Serve ``/metrics`` on ``address:port`` from a daemon thread, and return at once."""
-    registry = registry_for(engine)
+    registry = registry_for(engine, worker=worker)
     start_http_server(port, addr=address, registry=registry)
     log.info("metrics on http://%s:%d/metrics", address, port)

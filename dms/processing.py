@@ -111,7 +111,7 @@ def _outcome(store: LocalBlobStore, revision: Revision) -> tuple[str, str | None
     return "verified", preview(content, revision.mime_type, chars=PREVIEW_CHARS)
 
 
-def verify_revision(store: LocalBlobStore) -> Handler:
+def verify_revision(store: LocalBlobStore) -> Handler[UnitOfWork]:
     """The handler of ``revision.verify`` jobs, reading blobs from ``store``."""
 
     def handle(uow: UnitOfWork, job: Job, /) -> None:
@@ -147,6 +147,6 @@ def _record(uow: UnitOfWork, document_id: uuid.UUID, outcome: str, shown: str | 
         clear_value(uow, document_id, preview_field.id)
 
 
-def handlers(store: LocalBlobStore) -> Mapping[str, Handler]:
+def handlers(store: LocalBlobStore) -> Mapping[str, Handler[UnitOfWork]]:
     """Every job kind ``dms`` ships, mapped to its handler."""
     return {VERIFY_REVISION: verify_revision(store)}

@@ -235,7 +235,12 @@ def run_demo(
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)
     started = time.monotonic()
-    with Worker(engine, handlers(blobs), concurrency=concurrency):
+    with Worker(
+        engine,
+        handlers(blobs),
+        concurrency=concurrency,
+        unit_of_work=UnitOfWork.factory(engine),
+    ):
         _wait_for_queue(engine, started + timeout_seconds)
     elapsed = time.monotonic() - started
     summary = "\n".join(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TypeVar
@@ -41,6 +41,8 @@ from dms.repositories import (
 from dms.repositories._base import Repository
 
 _R = TypeVar("_R", bound=Repository)
+#: What :meth:`UnitOfWork.factory` returns: ``make(tenant=...)``.
+_Factory = Callable[..., "UnitOfWork"]
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,13 @@ class UnitOfWork:
         tenant: str,
         user_id: uuid.UUID | None = None,
         settings: Settings | None = None,
+        lazy: bool = False,
     ) -> None:
         """Prepare a unit of work; nothing touches the database before ``with``.
 
         ``settings`` default to those that ``engine`` carries (:func:`dms.config.settings_of`).
+        ``lazy``: take the connection only when it is first used, not at ``with`` (a job
+        handler that never touches the database then costs no pool checkout).
         """
         self.tenant = tenancy.validate_slug(tenant)
         self.user_id = check_optional_id("user", user_id)
@@ -69,17 +74,37 @@ class UnitOfWork:
         self._conn: Connection | None = None
         self._transaction: Transaction | None = None
         self._used = False
+        self._lazy = lazy
+        self._entered = False
         self._repositories: dict[type[Repository], Repository] = {}
 
+    @classmethod
+    def factory(cls, engine: Engine, *, settings: Settings | None = None) -> _Factory:
+        """Make lazy units of work of ``engine`` by tenant: a worker's ``unit_of_work``.
+
+        ``settings`` are resolved once here, not per job.
+        """
+        resolved = settings if settings is not None else settings_of(engine)
+
+        def make(*, tenant: str) -> UnitOfWork:
+            return cls(engine, tenant=tenant, settings=resolved, lazy=True)
+
+        return make
+
     def __enter__(self) -> UnitOfWork:
-        """Open the connection and begin the transaction."""
+        """Open the connection and begin the transaction (``lazy``: at first use)."""
         if self._used:
             raise DmsError("a UnitOfWork is single-use; create a new one")
         self._used = True
+        self._entered = True
+        if not self._lazy:
+            self._open()
+        return self
+
+    def _open(self) -> None:
         conn = self._engine.connect()
         self._conn = tenancy.route(conn, self.tenant, self._settings)
         self._transaction = self._conn.begin()
-        return self
 
     def __exit__(
         self,
@@ -112,11 +137,19 @@ class UnitOfWork:
             if self._conn is not None:
                 self._conn.close()
             self._transaction = None
+            self._entered = False
             self._repositories.clear()
+
+    @property
+    def opened(self) -> bool:
+        """Whether the connection was opened (a lazy unit opens it at first use)."""
+        return self._conn is not None
 
     @property
     def connection(self) -> Connection:
         """The routed connection; only inside ``with``."""
+        if self._conn is None and self._entered:
+            self._open()
         if self._conn is None or self._transaction is None:
             raise DmsError("the UnitOfWork is not open: use it in a with block")
         return self._conn

@@ -1,13 +1,15 @@
-"""The processing workload as a pgbench script with dms.jobs' own claim and complete SQL.
+"""The processing workload as a pgbench script with dms.jobs' own batched claim and completion.
 
-One job per transaction pair: the claim as the Worker's claimer runs it (``claim_batch`` with
-``limit 1``: ``BEGIN``, the claimer's settings for the transaction, the claim, ``COMMIT``),
-then the fenced completion (``complete``) in an autocommit transaction of its own. Between
-the two, a statement without a table reads the job's id and attempt out of the claim's JSON
-document, as the Worker does in Python. The Worker sends its claim's four statements in one
-round trip (psycopg's pipeline mode); pgbench 15 refuses ``\\gset`` in a pipeline, so here they
-take four. The SQL is compiled from dms.jobs' statements and its parameters are replaced by
-pgbench literals and ``\\gset`` variables.
+A batch per transaction pair, as the Worker processes no-op jobs: the claim as its claimers run
+it (``claim_batch`` with ``limit`` = the Worker's ``BATCH_SIZE``: ``BEGIN``, the claimer's
+settings for the transaction, the claim, ``COMMIT``), then the batch's fenced completion
+(``complete_many``) in an autocommit transaction of its own. Between the two, a statement
+without a table turns the claim's JSON document into the completion's (position, id, worker,
+attempt of each job), as the Worker does in Python. The Worker sends its claim's four
+statements in one round trip (psycopg's pipeline mode); pgbench 15 refuses ``\\gset`` in a
+pipeline, so here they take four. The SQL is compiled from dms.jobs' statements and its
+parameters are replaced by pgbench literals and ``\\gset`` variables. What the Worker adds to
+this bound is Python: decoding, its threads, the handler calls.
 """
 
 from __future__ import annotations
@@ -46,39 +48,38 @@ def _sql(statement: Any, values: dict[str, str]) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def script(kind: str) -> str:
-    """The pgbench script: claim one job of ``kind``, then complete it."""
+def script(kind: str, batch: int) -> str:
+    """The pgbench script: claim ``batch`` jobs of ``kind``, then complete them in one statement."""
     order = _sql(statements.claimer_settings_statement(), {})
     claim = _sql(
         statements.claim_statement(True),  # the bound runs the very same SQL
         {
             "worker_id": f"'{WORKER}'",
-            "limit": "1",
+            "limit": str(batch),
             "lease": f"'{int(timedelta(minutes=5).total_seconds())} seconds'",
             "kinds": f"'{{{kind}}}'",
         },
     )
-    complete = _sql(
-        statements.fenced_statement("complete"),
-        {"job_id": ":id", "fence_worker": f"'{WORKER}'", "fence_attempt": ":attempts"},
+    complete = _sql(statements.complete_many_statement(), {"acked": ":acked"})
+    # The claim returns its jobs as one JSON document (dms.jobs.wire): [started, lease_end,
+    # [[id, tenant, kind, payload, priority, attempts, ...], ...]]; the completion takes
+    # [{position, id, locked_by, attempts}, ...].
+    acked = (
+        "SELECT json_agg(json_build_object('position', n, 'id', job ->> 0,"
+        f" 'locked_by', '{WORKER}', 'attempts', (job ->> 5)::int)) AS acked"
+        " FROM json_array_elements((:document)::json -> 2) WITH ORDINALITY AS t(job, n)"
     )
-    # The claim returns its jobs as one JSON document (dms.jobs.wire); pgbench reads the id and
-    # attempt of the job out of it with one more statement, outside the transactions.
-    read = (
-        "SELECT job ->> 0 AS id, (job ->> 5)::int AS attempts"
-        " FROM json_array_elements((:document)::json -> 2) AS job"
-    )
-    return f"BEGIN;\n{order};\n{claim}\n\\gset\nCOMMIT;\n{read}\n\\gset\n{complete};\n"
+    return f"BEGIN;\n{order};\n{claim}\n\\gset\nCOMMIT;\n{acked}\n\\gset\n{complete};\n"
 
 
-def process(url: URL, probe: Engine, count: int, clients: int) -> float:
-    """Jobs/s (pgbench's tps: one script run is one job) over ``count`` queued jobs."""
+def process(url: URL, probe: Engine, count: int, clients: int, batch: int) -> float:
+    """Jobs/s (pgbench's tps times ``batch``: one script run is one batch) over ``count`` jobs."""
     kind = f"bench.pgbench.{clients}"
-    per_client = count // clients
-    # A few spare jobs: the last claims never find the queue empty.
-    dms_queue.fill(probe, kind, per_client * clients + clients)
+    runs = max(1, count // (clients * batch))
+    # A spare batch per client: the last claims never find the queue short.
+    dms_queue.fill(probe, kind, (runs + 1) * clients * batch)
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
-        file.write(script(kind))
+        file.write(script(kind, batch))
         file.flush()
         conninfo = (
             f"host={url.host or '127.0.0.1'} port={url.port or 5432} "
@@ -99,7 +100,7 @@ def process(url: URL, probe: Engine, count: int, clients: int) -> float:
                 "-j",
                 str(min(clients, 2)),
                 "-t",
-                str(per_client),
+                str(runs),
                 conninfo,
             ],
             check=True,
@@ -110,4 +111,4 @@ def process(url: URL, probe: Engine, count: int, clients: int) -> float:
     found = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", result.stdout)
     if found is None:
         raise RuntimeError(f"no tps in pgbench output:\n{result.stdout}\n{result.stderr}")
-    return float(found.group(1))
+    return float(found.group(1)) * batch

@@ -22,6 +22,7 @@ from dms.jobs import Job, JobState, Worker
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,9 +135,12 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),
+        unit_of_work=UnitOfWork.factory(ctx.engine),
     )
     if args.metrics_port is not None:
-        metrics_module().serve(ctx.engine, args.metrics_port)
+        metrics = metrics_module()
+        collector = metrics.WorkerCollector(worker.name, worker.stats)
+        metrics.serve(ctx.engine, args.metrics_port, worker=collector)
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
     # Everything this process needs is loaded: keep the collector's full passes off those
     # objects (docs/jobs.md, "Running workers in production").

@@ -24,6 +24,7 @@ from dms.jobs import JobState
 from dms.processing import VERIFY_REVISION, handlers
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
 
 LATIN1_NAME = b"caf\xe9 cr\xe8me.txt"
 SAME_TEXT = b"the same bytes in two places\n"
@@ -118,7 +119,13 @@ def digest(data: bytes) -> str:
 
 def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dict[JobState, int]:
     """Run a worker until the tenant's verification jobs are all finished; count their states."""
-    with jobs.Worker(engine, handlers(store), concurrency=2, poll_seconds=0.1):
+    with jobs.Worker(
+        engine,
+        handlers(store),
+        concurrency=2,
+        poll_seconds=0.1,
+        unit_of_work=UnitOfWork.factory(engine),
+    ):
         for _ in range(600):
             with engine.connect() as conn:
                 stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)

@@ -223,6 +223,8 @@ def test_the_exporter_serves_until_sigterm(own_db: Engine, command: list[str]) -
 
     assert "dms_up 1.0" in body
     assert process.returncode == 0, err
+    # The worker's own counters too (issue 10), and only there.
+    assert ('dms_worker_runners_alive{worker="' in body) is (command[0] == "worker")
 
 
 def _scrape(url: str) -> str:

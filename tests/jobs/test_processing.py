@@ -262,7 +262,13 @@ def test_worker_processes_uploads_end_to_end(
     documents = [
         _upload(engine, tenant, user_id, store, f"document {n}".encode())[0] for n in range(5)
     ]
-    with Worker(engine, handlers(store), concurrency=2, poll_seconds=0.2):
+    with Worker(
+        engine,
+        handlers(store),
+        concurrency=2,
+        poll_seconds=0.2,
+        unit_of_work=UnitOfWork.factory(engine),
+    ):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with engine.connect() as conn:

@@ -63,9 +63,11 @@ class PrivateServer:
             timeout=TIMEOUT_SECONDS,
         )
 
-    def restart(self) -> None:
-        """Restart the server ("fast": every session is terminated, nothing waits)."""
-        self.pg_ctl("restart", "-m", "fast", "-l", str(self.log))
+    def restart(self, mode: str = "fast") -> None:
+        """Restart the server: "fast" terminates every session, nothing waits; "immediate"
+        stops without a checkpoint, as a crash would (the start replays the WAL).
+        """
+        self.pg_ctl("restart", "-m", mode, "-l", str(self.log))
 
     @property
     def log(self) -> Path:

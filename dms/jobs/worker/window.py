@@ -1,4 +1,4 @@
-"""How many jobs a worker claims ahead of its runners: a window sized by Little's law.
+"""The claim window: how many jobs a worker claims ahead of its runners (Little's law).
 
 A claim takes a round trip to PostgreSQL: a few milliseconds, more while the worker's threads
 compete for the GIL. For the runners never to wait for it, the jobs claimed ahead of them must
@@ -58,3 +58,26 @@ class Window:
     def _resize(self) -> None:
         wanted = math.ceil(self._pace * self._round_trip * ROUND_TRIPS_AHEAD)
         self.ahead = max(self._floor, min(self._ceiling, wanted))
+
+
+def capacity(runners: int, ahead: int) -> int:
+    """Unsettled jobs a worker holds at most: one per runner plus those claimed ahead."""
+    return runners + ahead
+
+
+def room_left(*, capacity: int, held: int, claiming: int, acking: int) -> int:
+    """Jobs that may be claimed now.
+
+    ``held``: claimed and not settled; ``claiming``: room reserved by claims under way;
+    ``acking``: of the held, those whose handler returned and that only wait for the batch
+    completer. Those need no runner, so they do not count against the capacity: the next claim
+    overlaps the completion of earlier ones instead of waiting for their commit. At most a
+    capacity's worth of them is allowed on top.
+    """
+    reserved = held + claiming
+    return min(capacity - (reserved - acking), 2 * capacity - reserved)
+
+
+def claim_size(*, capacity: int, batch_size: int) -> int:
+    """Room a claim waits for: half the capacity (claims come in batches), at most a batch."""
+    return max(1, min(batch_size, capacity // 2))

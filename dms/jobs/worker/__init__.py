@@ -1,0 +1,48 @@
+"""Workers that run jobs in the current process, made of small parts with one job each.
+
+::
+
+    worker = Worker(engine, handlers={"revision.checksum": verify_checksum}, concurrency=4)
+    worker.run_until_stopped()        # blocks; SIGTERM or SIGINT stop it gracefully
+
+The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws them):
+
+* :mod:`.window` and :mod:`.claims`: the **claim window** (how many jobs to hold ahead of
+  the runners: Little's law) and the book of held **claims**, each tracked by a token unique
+  per claim, never by the job id alone;
+* :mod:`.claimer`: two **claimers** fill the runners' queue, one claim statement per batch,
+  and take back expired leases;
+* :mod:`.runner`: ``concurrency`` **runners** run one job each, its handler inside the unit of
+  work made for the job's tenant (:mod:`.unit`: a protocol and a factory, since ``dms.jobs``
+  sits below :mod:`dms.uow`); :mod:`.settler` records failures and releases, fenced;
+* :mod:`.completer`: the **batch completer** completes the jobs whose handlers wrote nothing,
+  many per statement;
+* :mod:`.renewer`: the **lease renewer** (heartbeat) extends the leases of held claims;
+* :mod:`.wakeup`: the **wake-up listener** (``LISTEN``) wakes the claimers when jobs are
+  enqueued, while polling keeps working without it;
+* :mod:`.supervisor`: **supervision**: a part that fails, whatever the exception, is logged
+  with its traceback, counted (:mod:`.stats`), salvages the job it held, and is replaced.
+
+Database errors in the worker's own statements (a connection killed by
+``pg_terminate_backend``, a failover) are logged and retried with a fresh pooled connection.
+Create the engine with ``pool_pre_ping=True`` so that dead pooled connections are replaced
+before use.
+"""
+
+from dms.jobs.worker.runner import Handler
+from dms.jobs.worker.stats import WorkerStats
+from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
+from dms.jobs.worker.worker import BATCH_SIZE, GRACE_SECONDS, POLL_SECONDS, PREFETCH, Worker
+
+__all__ = [
+    "BATCH_SIZE",
+    "GRACE_SECONDS",
+    "POLL_SECONDS",
+    "PREFETCH",
+    "Handler",
+    "JobUnitOfWork",
+    "TenantTransaction",
+    "UnitOfWorkFactory",
+    "Worker",
+    "WorkerStats",
+]

@@ -1,0 +1,135 @@
+"""A claimer: keeps the runners' queue filled, one claim statement per batch.
+
+Two claimers run, each with its own connection: while one waits for PostgreSQL the other's
+rows are decoded (bench/README.md). A claim takes as many jobs as the claim window leaves room
+for (:mod:`.window`, :class:`~.claims.ClaimBook`). A claimer also takes back jobs whose lease
+expired (:func:`~dms.jobs.reclaim_expired`) every quarter of the lease and, at most once a
+poll interval, whenever a claim finds nothing: the claim itself stays one index scan of
+queued rows. Database errors are logged and retried with a fresh connection, waiting longer
+after each (up to a few seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Collection
+from datetime import timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from dms.jobs.claims import reclaim_expired
+from dms.jobs.model import Job, JobState
+from dms.jobs.pipeline import claim_batch
+from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker.wakeup import Wakeup
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait before retrying after a database error, doubled up to this many times.
+RETRY_SECONDS = 0.2
+RETRY_DOUBLINGS = 5
+
+
+class Claimer:
+    """Claims jobs of ``kinds`` for ``worker_id`` into ``ready`` while there is room."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        worker_id: str,
+        kinds: Collection[str],
+        lease: timedelta,
+        ready: queue.SimpleQueue[Claim],
+        book: ClaimBook,
+        wakeup: Wakeup,
+        stopping: threading.Event,
+        poll_seconds: float,
+    ) -> None:
+        """Claim through a connection of ``engine`` held for the purpose."""
+        # Not autocommit: reclaims run in transactions begun here (claims in their own).
+        self._session = HeldSession(engine, autocommit=False)
+        self._worker_id = worker_id
+        self._kinds = tuple(kinds)
+        self._lease = lease
+        self._ready = ready
+        self._book = book
+        self._wakeup = wakeup
+        self._stopping = stopping
+        self._poll_seconds = poll_seconds
+        self._reclaim_every = lease.total_seconds() / 4
+        self._last_reclaim = -float("inf")
+        self._failures = 0
+
+    def run(self) -> None:
+        """Claim until the worker stops."""
+        try:
+            while not self._stopping.is_set():
+                self.claim_once()
+        finally:
+            self._session.close()
+
+    def salvage(self, error: BaseException) -> None:
+        """Nothing to settle: claims are handed out as soon as they are made."""
+
+    def claim_once(self) -> None:
+        """Wait for room, claim into it, then sleep until woken if the queue is drained."""
+        seen = self._wakeup.generation
+        limit = self._book.reserve(self._stopping, timeout=self._poll_seconds, now=time.monotonic())
+        if limit == 0:
+            return
+        jobs: list[Job] = []
+        try:
+            jobs = self._claim(limit)
+        except sa.exc.DBAPIError as exc:
+            self._failures += 1
+            log.warning("worker %s: claim failed (%s); retrying", self._worker_id, exc.orig)
+            self._stopping.wait(RETRY_SECONDS * 2 ** min(self._failures, RETRY_DOUBLINGS))
+            return
+        finally:
+            for claim in self._book.claimed(jobs, reserved=limit):
+                self._ready.put(claim)
+        self._failures = 0
+        if len(jobs) < limit:  # the queue is drained: sleep until told or polling
+            self._wakeup.wait(seen, self._poll_seconds)
+
+    def _claim(self, limit: int) -> list[Job]:
+        if time.monotonic() - self._last_reclaim >= self._reclaim_every:
+            self._last_reclaim = time.monotonic()
+            self._session.run(self._reclaim)
+        jobs = self._timed_claim(limit)
+        if not jobs and time.monotonic() - self._last_reclaim >= self._poll_seconds:
+            self._last_reclaim = time.monotonic()
+            if self._session.run(self._reclaim):
+                jobs = self._timed_claim(limit)  # jobs came back to the queue: claim them now
+        return jobs
+
+    def _timed_claim(self, limit: int) -> list[Job]:
+        started = time.monotonic()
+        jobs = self._session.run(
+            lambda conn: claim_batch(
+                conn, self._worker_id, kinds=self._kinds, limit=limit, lease=self._lease
+            )
+        )
+        self._book.round_trip(time.monotonic() - started)
+        return jobs
+
+    def _reclaim(self, conn: Connection) -> bool:
+        """Take back expired leases of this worker's kinds; True if any job is queued again."""
+        with conn.begin():
+            reclaimed = reclaim_expired(conn, kinds=self._kinds)
+        for job in reclaimed:
+            log.warning(
+                "worker %s: lease of job %s (worker %s, attempt %d) expired; now %s",
+                self._worker_id,
+                job.id,
+                job.locked_by,
+                job.attempts,
+                job.state.value,
+            )
+        return any(job.state is JobState.QUEUED for job in reclaimed)

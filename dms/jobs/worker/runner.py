@@ -1,0 +1,166 @@
+"""A runner: takes claimed jobs one at a time and runs each handler in its unit of work.
+
+A handler that executes anything on its unit of work has its job completed on that same unit
+before the commit: the handler's writes and the job's ``done`` commit together or not at all,
+and if the lease was lost meanwhile (another worker reclaimed the job) the fenced completion
+raises :class:`~dms.errors.LeaseLost` and everything rolls back. A handler that never touches
+the database has nothing to commit: its claim goes to the batch completer
+(:mod:`.completer`). Whatever a handler raises fails the attempt (fenced, through the
+:class:`~.settler.Settler`), logged at WARNING with the job's id, kind and tenant.
+
+A job whose connection died under its handler is released without an attempt penalty. An
+exception that escapes all this (a bug, or a failure that cannot even be recorded) ends the
+runner: its supervisor logs it, records the failure of the job it ran (:meth:`Runner.salvage`)
+and starts another runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from typing import Generic, Protocol, TypeVar
+
+import sqlalchemy as sa
+
+from dms.errors import LeaseLost
+from dms.jobs.model import Job
+from dms.jobs.settlement import complete
+from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.settler import Settler
+from dms.jobs.worker.stats import Tally
+from dms.jobs.worker.unit import JobUnitOfWork, UnitOfWorkFactory, wrote
+
+log = logging.getLogger(__name__)
+
+U_contra = TypeVar("U_contra", contravariant=True)
+U = TypeVar("U", bound=JobUnitOfWork)
+
+#: Seconds between checks for a stop by an idle runner.
+IDLE_CHECK_SECONDS = 0.5
+
+
+class Handler(Protocol[U_contra]):
+    """What runs a job: write through ``uow`` (never commit it); raise to fail the attempt."""
+
+    def __call__(self, uow: U_contra, job: Job, /) -> None:
+        """Do the work of ``job`` inside its tenant's unit of work."""
+
+
+class Runner(Generic[U]):
+    """Runs claims from ``ready`` until the worker stops; one thread each."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        ready: queue.SimpleQueue[Claim],
+        acks: queue.SimpleQueue[Claim],
+        book: ClaimBook,
+        settler: Settler,
+        tally: Tally,
+        handlers: Mapping[str, Handler[U]],
+        unit_of_work: UnitOfWorkFactory[U],
+        stopping: threading.Event,
+    ) -> None:
+        """A runner named ``name`` (the worker's, for its log lines)."""
+        self._name = name
+        self._ready = ready
+        self._acks = acks
+        self._book = book
+        self._settler = settler
+        self._tally = tally
+        self._handlers = handlers
+        self._unit_of_work = unit_of_work
+        self._stopping = stopping
+        self.current: Claim | None = None
+
+    def run(self) -> None:
+        """Run claims until the worker stops; a claim taken after the stop is released."""
+        while not self._stopping.is_set():
+            try:
+                claim = self._ready.get(timeout=IDLE_CHECK_SECONDS)
+            except queue.Empty:
+                continue
+            self.current = claim
+            if self._stopping.is_set():
+                self._settler.release(claim)  # claimed but never started: straight back
+                return
+            self.process(claim)
+            self.current = None
+
+    def salvage(self, error: BaseException) -> None:
+        """After this runner failed: record the failure of the job it ran, printably."""
+        claim, self.current = self.current, None
+        if claim is not None:
+            self._book.finish(claim, deferred=False)
+            self._settler.fail_printably(claim, error)
+
+    def process(self, claim: Claim) -> None:
+        """Run ``claim``'s handler and settle it, or hand it to the completer."""
+        if not self._book.start(claim):
+            return  # let go meanwhile (a stop): it was released
+        handler = self._handlers.get(claim.job.kind)
+        if handler is None:
+            self._book.finish(claim, deferred=False)
+            self._settler.fail(claim, self._no_handler(claim.job), retry=False)
+            return
+        deferred = self._run(handler, claim)
+        if self._book.finish(claim, deferred=deferred):
+            self._acks.put(claim)
+
+    def _no_handler(self, job: Job) -> str:
+        known = ", ".join(sorted(self._handlers)) or "none"
+        return f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
+
+    def _run(self, handler: Handler[U], claim: Claim) -> bool:
+        """Run ``handler``; True if it succeeded without using the database (completion deferred).
+
+        The outcome of any other ending is recorded here.
+        """
+        job = claim.job
+        try:
+            unit = self._unit_of_work(tenant=job.tenant)
+            with unit:
+                handler(unit, job)
+                if not wrote(unit):
+                    return True
+                self._book.settling([claim])
+                complete(unit.connection, job)
+                unit.commit()
+            self._tally.add("completed")
+        except LeaseLost:
+            log.warning(
+                "worker %s: lost the lease of job %s; its writes rolled back", self._name, job.id
+            )
+            self._tally.add("lost")
+        except sa.exc.DBAPIError as exc:
+            self._database_error(claim, exc)
+        # Whatever a handler raises fails the attempt; the runner itself goes on.
+        except Exception as exc:
+            self._failed(claim, exc)
+        return False
+
+    def _database_error(self, claim: Claim, exc: sa.exc.DBAPIError) -> None:
+        if not exc.connection_invalidated:
+            self._failed(claim, exc)
+            return
+        # Our connection died, not the job: run it again without counting this attempt.
+        log.warning(
+            "worker %s: connection lost running job %s; releasing it", self._name, claim.job.id
+        )
+        self._settler.release(claim)
+
+    def _failed(self, claim: Claim, exc: Exception) -> None:
+        job = claim.job
+        log.warning(
+            "worker %s: job %s (kind %s, tenant %s) attempt %d failed: %s",
+            self._name,
+            job.id,
+            job.kind,
+            job.tenant,
+            job.attempts,
+            exc,
+        )
+        self._settler.fail(claim, exc)

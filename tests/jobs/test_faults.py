@@ -1,0 +1,289 @@
+"""Faults injected from outside under running workers (issue 10): none loses or repeats a job.
+
+(a) ``pg_terminate_backend`` on random connections of an in-process worker every 200 ms;
+(b) the server restarted, fast then immediate, under a running worker, on a private server
+the test starts itself (never the shared one); (c) SIGKILL on random worker processes with
+one-second leases. Each test then checks every job's effect (a row written in the handler's
+unit of work) exactly once, none lost, none stuck ``running``, no runner lost (the workers'
+own stats), and that the worker still processes jobs afterwards. Each prints one line of
+figures (``FAULTS ...``), the record of the issue's closing note. Bounded in time; no timing
+is asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
+
+from dms import jobs, migrations, provisioning, tenancy
+from dms.jobs.tables import processing_jobs
+from dms.jobs.worker import JobUnitOfWork
+from dms.users import create_users_stand_in
+from tests.jobs.conftest import effects_metadata, job_effects, wait_for
+from tests.migrations.private_server import private_server
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+#: Seconds a test waits for its jobs once the faults stop.
+SETTLE_SECONDS = 60.0
+#: Seconds a handler takes after writing its effect, so that faults land mid-job.
+HANDLER_SECONDS = 0.003
+#: A short lease, so that a job whose worker died is taken over within seconds.
+LEASE = timedelta(seconds=2)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a fault test measured."""
+
+    jobs: int
+    duplicates: int
+    lost: int
+    stuck: int
+    runners_lost: int
+
+    def report(self, name: str, **more: object) -> None:
+        """Print the figures on one line, for the record."""
+        extra = "".join(f" {key}={value}" for key, value in more.items())
+        print(
+            f"\nFAULTS {name}: jobs={self.jobs} duplicates={self.duplicates} lost={self.lost} "
+            f"stuck={self.stuck} runners_lost={self.runners_lost}{extra}"
+        )
+
+
+def _handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
+    uow.connection.execute(
+        sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="w")
+    )
+    time.sleep(HANDLER_SECONDS)
+
+
+def _enqueue(engine: Engine, kind: str, tenant: str, count: int) -> list[uuid.UUID]:
+    # max_attempts well above what the faults can cost a job: each kill may count an attempt.
+    batch = [
+        jobs.NewJob(kind=kind, payload={"n": n}, tenant=tenant, max_attempts=1000)
+        for n in range(count)
+    ]
+    with engine.begin() as conn:
+        return [result.job_id for result in jobs.enqueue_many(conn, batch)]
+
+
+def _unfinished(engine: Engine, kind: str) -> int:
+    query = sa.select(sa.func.count()).where(
+        processing_jobs.c.kind == kind, processing_jobs.c.state != jobs.JobState.DONE.value
+    )
+    with engine.connect() as conn:
+        return int(conn.scalar(query) or 0)
+
+
+def _outcome(
+    engine: Engine, tenant: str, kind: str, ids: list[uuid.UUID], runners_lost: int
+) -> Outcome:
+    with engine.connect() as conn:
+        rows = tenancy.route(conn, tenant).execute(
+            sa.select(job_effects.c.job_id, sa.func.count()).group_by(job_effects.c.job_id)
+        )
+        counts: dict[uuid.UUID, int] = {job_id: count for job_id, count in rows}
+        stuck = conn.scalar(
+            sa.select(sa.func.count()).where(
+                processing_jobs.c.kind == kind,
+                processing_jobs.c.state == jobs.JobState.RUNNING.value,
+            )
+        )
+    return Outcome(
+        jobs=len(ids),
+        duplicates=sum(max(0, counts.get(job_id, 0) - 1) for job_id in ids),
+        lost=sum(1 for job_id in ids if counts.get(job_id, 0) == 0),
+        stuck=int(stuck or 0),
+        runners_lost=runners_lost,
+    )
+
+
+def _assert_exactly_once(outcome: Outcome) -> None:
+    assert (outcome.duplicates, outcome.lost, outcome.stuck, outcome.runners_lost) == (0, 0, 0, 0)
+
+
+def _still_works(engine: Engine, kind: str, tenant: str) -> None:
+    """Jobs enqueued after the faults are processed too."""
+    _enqueue(engine, kind, tenant, 20)
+    wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
+
+
+@dataclass
+class Storm:
+    """Something done every ``every`` seconds in a thread until stopped; counts its blows."""
+
+    blow: Callable[[], int]
+    every: float
+    blows: int = 0
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            # The server may be restarting: the next blow tries again.
+            with contextlib.suppress(sa.exc.DBAPIError):
+                self.blows += self.blow()
+
+    def __enter__(self) -> Storm:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+# --- (a) pg_terminate_backend -------------------------------------------------------------
+
+
+def _terminator(engine: Engine, application_name: str) -> Callable[[], int]:
+    """Terminate each connection of ``application_name`` with probability one half."""
+    activity = sa.table("pg_stat_activity", sa.column("pid"), sa.column("application_name"))
+
+    def blow() -> int:
+        with engine.connect() as conn:
+            pids = conn.scalars(
+                sa.select(activity.c.pid).where(
+                    activity.c.application_name == application_name,
+                    activity.c.pid != sa.func.pg_backend_pid(),
+                )
+            ).all()
+            chosen = [pid for pid in pids if random.random() < 0.5]
+            for pid in chosen:
+                conn.execute(sa.select(sa.func.pg_terminate_backend(pid)))
+            return len(chosen)
+
+    return blow
+
+
+def test_terminated_connections_lose_and_repeat_no_job(
+    engine: Engine, effects: str, kind: str, fresh_engine: Callable[..., Engine]
+) -> None:
+    name = f"faults-{uuid.uuid4().hex[:8]}"
+    worker_engine = fresh_engine(name, pool_pre_ping=True)
+    ids = _enqueue(engine, kind, effects, 3000)
+    worker = jobs.Worker(
+        worker_engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2
+    )
+    with worker:
+        with Storm(_terminator(engine, name), every=0.2) as storm:
+            deadline = time.monotonic() + 20
+            while _unfinished(engine, kind) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
+        _still_works(engine, kind, effects)
+        stats = worker.stats()
+    outcome = _outcome(engine, effects, kind, ids, stats.runners - stats.runners_alive)
+    outcome.report("pg_terminate_backend", terminated=storm.blows, replaced=stats.runners_replaced)
+    assert storm.blows > 0
+    _assert_exactly_once(outcome)
+
+
+# --- (b) server restarts --------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_database() -> Iterator[tuple[Engine, Callable[[str], None]]]:
+    """A migrated database on a private server, and a function that restarts the server."""
+    with private_server() as server:
+        engine = sa.create_engine(server.url, pool_pre_ping=True)
+        create_users_stand_in(engine)
+        migrations.upgrade(engine)
+        try:
+            yield engine, server.restart
+        finally:
+            engine.dispose()
+
+
+def test_server_restarts_lose_and_repeat_no_job(
+    private_database: tuple[Engine, Callable[[str], None]],
+) -> None:
+    engine, restart = private_database
+    tenant, kind = f"t{uuid.uuid4().hex[:8]}", "faults.restart"
+    provisioning.create_tenant(engine, tenant)
+    with engine.begin() as conn:
+        effects_metadata.create_all(tenancy.route(conn, tenant))
+    ids = _enqueue(engine, kind, tenant, 2000)
+    worker = jobs.Worker(engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2)
+    with worker:
+        wait_for(lambda: _unfinished(engine, kind) < 1800, timeout=SETTLE_SECONDS)
+        restart("fast")
+        wait_for(lambda: _unfinished(engine, kind) < 1000, timeout=SETTLE_SECONDS)
+        restart("immediate")
+        wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
+        _still_works(engine, kind, tenant)
+        stats = worker.stats()
+    outcome = _outcome(engine, tenant, kind, ids, stats.runners - stats.runners_alive)
+    outcome.report("server restart (fast, immediate)", replaced=stats.runners_replaced)
+    _assert_exactly_once(outcome)
+
+
+# --- (c) SIGKILL ----------------------------------------------------------------------------
+
+
+def _child(url: URL, kind: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.jobs.child_worker",
+            "effects",
+            url.render_as_string(hide_password=False),
+            kind,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stats_at_stop(child: subprocess.Popen[str]) -> dict[str, int]:
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=30)
+    stats: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return stats
+
+
+def test_killed_worker_processes_lose_and_repeat_no_job(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    ids = _enqueue(engine, kind, effects, 2000)
+    children = [_child(engine.url, kind) for _ in range(3)]
+    kills = 0
+    try:
+        deadline = time.monotonic() + 20
+        while _unfinished(engine, kind) and time.monotonic() < deadline:
+            time.sleep(random.uniform(0.5, 1.5))
+            victim = children.pop(random.randrange(len(children)))
+            victim.kill()
+            victim.communicate(timeout=30)  # reaps it and closes its pipe
+            kills += 1
+            children.append(_child(engine.url, kind))
+        wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
+        _still_works(engine, kind, effects)
+    finally:
+        survivors = [_stats_at_stop(child) for child in children]
+    runners_lost = sum(s["runners"] - s["runners_alive"] for s in survivors)
+    outcome = _outcome(engine, effects, kind, ids, runners_lost)
+    outcome.report("SIGKILL", kills=kills, processes=3)
+    assert kills > 0
+    _assert_exactly_once(outcome)

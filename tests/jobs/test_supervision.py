@@ -1,0 +1,174 @@
+"""Supervision: failures that cannot be recorded as usual end no thread and hold no job.
+
+Issue 10, bug 2: an error text PostgreSQL cannot store, or a backoff that cannot be computed,
+used to kill the runner; the worker then held its claimed-ahead jobs forever. Each test
+checks that the job's failure is recorded, that no runner is lost (the worker's own stats),
+and that the worker goes on processing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+from prometheus_client import generate_latest
+from sqlalchemy.engine import Engine
+
+from dms import jobs
+from dms.jobs.worker import JobUnitOfWork
+from dms.metrics import WorkerCollector, registry_for
+from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
+
+FAST_RETRY = jobs.Backoff(initial_seconds=0, step_seconds=0, maximum_seconds=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokenBackoff(jobs.Backoff):
+    """A policy whose delay cannot be computed, as a huge one could not before issue 10."""
+
+    def delay(self, failure: int) -> timedelta:
+        """Overflow, as ``timedelta(seconds=1e15)`` did."""
+        raise OverflowError("date value out of range")
+
+
+def _record_effect(uow: JobUnitOfWork, job: jobs.Job) -> None:
+    uow.connection.execute(
+        sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="w")
+    )
+
+
+def _enqueue(
+    engine: Engine, kind: str, tenant: str, payloads: list[dict[str, str]]
+) -> list[uuid.UUID]:
+    with engine.begin() as conn:
+        batch = [
+            jobs.NewJob(kind=kind, payload=payload, tenant=tenant, max_attempts=1)
+            for payload in payloads
+        ]
+        return [result.job_id for result in jobs.enqueue_many(conn, batch)]
+
+
+def _job(engine: Engine, job_id: uuid.UUID) -> jobs.Job:
+    with engine.connect() as conn:
+        return jobs.get(conn, job_id)
+
+
+def _finished(engine: Engine, job_id: uuid.UUID) -> bool:
+    return _job(engine, job_id).state in (jobs.JobState.DONE, jobs.JobState.DEAD)
+
+
+def _fail_with(message: str) -> jobs.Handler[JobUnitOfWork]:
+    def handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
+        if job.payload.get("fail"):
+            _record_effect(uow, job)  # rolled back with the failed attempt
+            raise ValueError(message)
+        _record_effect(uow, job)
+
+    return handler
+
+
+SURROGATE_NAME = b"scan-\xff.pdf".decode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [f"cannot read {SURROGATE_NAME}", "cannot read a\x00b", "x" * 3_000_000],
+    ids=["lone surrogate", "NUL", "3 MB"],
+)
+def test_a_failure_whose_text_postgresql_refuses_is_recorded_and_no_runner_is_lost(
+    engine: Engine, effects: str, kind: str, message: str
+) -> None:
+    failing, *others = _enqueue(engine, kind, effects, [{"fail": "yes"}, {}, {}, {}])
+    worker = jobs.Worker(engine, {kind: _fail_with(message)}, concurrency=2, poll_seconds=0.1)
+    with worker:
+        wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
+        stats = worker.stats()
+    dead = _job(engine, failing)
+    assert dead.state is jobs.JobState.DEAD
+    assert dead.last_error is not None
+    assert "cannot read" in dead.last_error or "x" * 100 in dead.last_error
+    assert count_effects(engine, effects, failing) == 0
+    assert all(count_effects(engine, effects, job_id) == 1 for job_id in others)
+    assert (stats.runners_alive, stats.held) == (2, 0)
+    assert stats.abandoned == 0
+
+
+def test_a_runner_whose_failure_cannot_be_recorded_is_replaced_and_the_job_failed(
+    engine: Engine, effects: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing, *others = _enqueue(engine, kind, effects, [{"fail": "yes"}, {}, {}])
+    worker = jobs.Worker(
+        engine,
+        {kind: _fail_with("document is locked")},
+        concurrency=2,
+        poll_seconds=0.1,
+        backoff={kind: BrokenBackoff()},
+    )
+    with worker:
+        wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
+        wait_for(lambda: worker.stats().runners_alive == 2)
+        stats = worker.stats()
+        (later,) = _enqueue(engine, kind, effects, [{}])  # the worker still works
+        wait_for(lambda: _finished(engine, later))
+    dead = _job(engine, failing)
+    assert dead.state is jobs.JobState.DEAD  # max_attempts=1: the attempt was recorded
+    assert dead.last_error is not None
+    assert "OverflowError" in dead.last_error
+    assert (stats.runners_replaced, stats.runners_alive, stats.held) == (1, 2, 0)
+    assert "runner" in caplog.text
+    assert "Traceback" in caplog.text
+    assert count_effects(engine, effects, later) == 1
+
+
+def test_a_failed_attempt_is_logged_at_warning_with_job_kind_tenant_and_error(
+    engine: Engine, effects: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (job_id,) = _enqueue(engine, kind, effects, [{"fail": "yes"}])
+    caplog.set_level(logging.WARNING, logger="dms.jobs")
+    with jobs.Worker(engine, {kind: _fail_with("document is locked")}, poll_seconds=0.1):
+        wait_for(lambda: _finished(engine, job_id))
+    (record,) = [r for r in caplog.records if "document is locked" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert str(job_id) in message
+    assert kind in message
+    assert effects in message
+
+
+def test_the_worker_stats_are_exported_as_metrics(engine: Engine, effects: str, kind: str) -> None:
+    ids = _enqueue(engine, kind, effects, [{}, {}, {"fail": "yes"}])
+    worker = jobs.Worker(
+        engine, {kind: _fail_with("nope")}, concurrency=3, poll_seconds=0.1, name="w-metrics"
+    )
+    with worker:
+        wait_for(lambda: all(_finished(engine, job_id) for job_id in ids))
+        collector = WorkerCollector(worker.name, worker.stats)
+        text = generate_latest(registry_for(engine, worker=collector)).decode()
+    assert 'dms_worker_runners_alive{worker="w-metrics"} 3.0' in text
+    assert 'dms_worker_runners_replaced_total{worker="w-metrics"} 0.0' in text
+    assert 'dms_worker_jobs_total{outcome="completed",worker="w-metrics"} 2.0' in text
+    assert 'dms_worker_jobs_total{outcome="failed",worker="w-metrics"} 1.0' in text
+
+
+def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    """A slow job holds the only runner; the jobs claimed behind it go straight back."""
+    ids = _enqueue(engine, kind, effects, [{}] * 5)
+
+    def slow(uow: JobUnitOfWork, job: jobs.Job) -> None:
+        _record_effect(uow, job)
+        time.sleep(1.0)
+
+    worker = jobs.Worker(engine, {kind: slow}, poll_seconds=0.1, prefetch=10)
+    with worker:
+        wait_for(lambda: worker.stats().held >= 2)
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind, "running") == 0
+        assert count_jobs(conn, kind, "done") + count_jobs(conn, kind, "queued") == len(ids)
+    assert worker.stats().held == 0
