@@ -11,6 +11,9 @@ taken name fails alone and is reported while the others go on, spread over ``job
 processes (:mod:`dms.fleet.pool`). Interrupted, every tenant exists whole or not at all, and
 the same call finishes the rest (names already done are reported as existing, or not found).
 
+On a Citus cluster the new schema becomes a distributed schema, placed whole on one node, in
+the same transaction (:func:`dms.citus.distribute_schema`; docs/scaling.md).
+
 Locks on ``users``: creating a tenant adds foreign keys to the IAM's ``users`` table, which
 takes a SHARE ROW EXCLUSIVE lock on it until commit; the tenant revisions add those keys last,
 so the lock is held for the last few statements of the transaction only, and tenants created
@@ -28,7 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateSchema, DropSchema
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import Settings, settings_of, with_settings
 from dms.errors import (
     FleetInterrupted,
@@ -86,6 +89,9 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         migrate_schema(
             conn, MigrationScope.tenant(schema, settings), scripts.head(), "upgrade", scripts
         )
+        # On Citus, last: one conversion of tables that exist is cheaper than distributing
+        # each table as it is created (a no-op if the cluster already distributed the schema).
+        citus.distribute_schema(conn, schema)
     return tenant
 
 

@@ -337,7 +337,9 @@ class MetadataRepository(Repository):
         self._execute(
             statement.on_conflict_do_update(
                 index_elements=[_v.c.document_id, _v.c.field_id],
-                set_={**{k: statement.excluded[k] for k in values}, "updated_at": sa.func.now()},
+                # EXCLUDED's default, not now(): Citus refuses functions that are not IMMUTABLE
+                # in DO UPDATE SET; the default is the same now() of this transaction.
+                set_={k: statement.excluded[k] for k in [*values, "updated_at"]},
             )
         )
         if isinstance(value, frozenset):
