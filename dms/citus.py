@@ -49,26 +49,33 @@ _pg_dist_node = sa.table(
     sa.column("shouldhaveshards", sa.Boolean),
     schema="pg_catalog",
 )
-_citus_schemas = sa.table(
-    "citus_schemas",
-    sa.column("schema_name", sa.Text),
-    sa.column("colocation_id", sa.Integer),
-    schema="public",
+_pg_namespace = sa.table(
+    "pg_namespace", sa.column("oid", sa.Integer), sa.column("nspname", sa.Text), schema="pg_catalog"
 )
-_citus_shards = sa.table(
-    "citus_shards",
-    sa.column("table_name", sa.Text),
-    sa.column("colocation_id", sa.Integer),
-    sa.column("nodename", sa.Text),
-    sa.column("nodeport", sa.Integer),
-    sa.column("citus_table_type", sa.Text),
-    schema="public",
+_pg_dist_schema = sa.table(
+    "pg_dist_schema",
+    sa.column("schemaid", sa.Integer),
+    sa.column("colocationid", sa.Integer),
+    schema="pg_catalog",
+)
+_pg_dist_shard = sa.table(
+    "pg_dist_shard",
+    sa.column("logicalrelid", sa.Integer),
+    sa.column("shardid"),
+    schema="pg_catalog",
+)
+_pg_dist_placement = sa.table(
+    "pg_dist_placement",
+    sa.column("shardid"),
+    sa.column("groupid", sa.Integer),
+    schema="pg_catalog",
 )
 _pg_dist_partition = sa.table(
     "pg_dist_partition",
     sa.column("logicalrelid", sa.Integer),
     sa.column("partmethod", sa.Text),
     sa.column("repmodel", sa.Text),
+    sa.column("colocationid", sa.Integer),
     schema="pg_catalog",
 )
 
@@ -180,8 +187,12 @@ def distribute_schema(conn: Connection, schema: str) -> None:
 
 
 def _distributed_schemas(conn: Connection, schemas: list[str]) -> set[str]:
-    query = sa.select(sa.cast(_citus_schemas.c.schema_name, sa.Text)).where(
-        sa.cast(_citus_schemas.c.schema_name, sa.Text).in_(schemas)
+    query = (
+        sa.select(_pg_namespace.c.nspname)
+        .join_from(
+            _pg_dist_schema, _pg_namespace, _pg_namespace.c.oid == _pg_dist_schema.c.schemaid
+        )
+        .where(_pg_namespace.c.nspname.in_(schemas))
     )
     return set(conn.scalars(query))
 
@@ -208,25 +219,28 @@ def is_reference_table(conn: Connection, schema: str, table: str) -> bool:
 
 
 def schema_nodes(conn: Connection) -> dict[str, Node]:
-    """The node that holds each distributed schema (empty on plain PostgreSQL)."""
+    """The node that holds each distributed schema (empty on plain PostgreSQL).
+
+    Read from Citus's metadata tables (one query), not from ``citus_shards``, which measures
+    every shard's size on every node.
+    """
     if not is_citus(conn):
         return {}
-    by_address = {(node.host, node.port): node for node in nodes(conn)}
-    name = sa.cast(_citus_schemas.c.schema_name, sa.Text)
+    by_group = {node.group_id: node for node in nodes(conn)}
     rows = conn.execute(
-        sa.select(name, _citus_shards.c.nodename, _citus_shards.c.nodeport)
+        sa.select(_pg_namespace.c.nspname, _pg_dist_placement.c.groupid)
         .distinct()
         .join_from(
-            _citus_schemas,
-            _citus_shards,
-            _citus_shards.c.colocation_id == _citus_schemas.c.colocation_id,
+            _pg_dist_schema, _pg_namespace, _pg_namespace.c.oid == _pg_dist_schema.c.schemaid
         )
+        .join(
+            _pg_dist_partition,
+            _pg_dist_partition.c.colocationid == _pg_dist_schema.c.colocationid,
+        )
+        .join(_pg_dist_shard, _pg_dist_shard.c.logicalrelid == _pg_dist_partition.c.logicalrelid)
+        .join(_pg_dist_placement, _pg_dist_placement.c.shardid == _pg_dist_shard.c.shardid)
     )
-    return {
-        schema: by_address[(host, int(port))]
-        for schema, host, port in rows
-        if (host, int(port)) in by_address
-    }
+    return {schema: by_group[group] for schema, group in rows if group in by_group}
 
 
 def move_schema(

@@ -86,12 +86,13 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         tenancy.set_lock_timeout(conn, settings)
         tenant = tenancy.register(conn, slug)
         conn.execute(CreateSchema(schema))
+        # On Citus, before the tables: each is then created distributed, which measured about
+        # twice as fast as converting them all at the end (a no-op if the cluster already
+        # distributed the schema, with citus.enable_schema_based_sharding on).
+        citus.distribute_schema(conn, schema)
         migrate_schema(
             conn, MigrationScope.tenant(schema, settings), scripts.head(), "upgrade", scripts
         )
-        # On Citus, last: one conversion of tables that exist is cheaper than distributing
-        # each table as it is created (a no-op if the cluster already distributed the schema).
-        citus.distribute_schema(conn, schema)
     return tenant
 
 

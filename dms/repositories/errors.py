@@ -64,7 +64,13 @@ def translate(
     for key in (constraint, sqlstate):
         if constraints and key in constraints:
             return constraints[key]()
-    return _by_sqlstate(sqlstate, constraint, what)
+    return _by_sqlstate(sqlstate, constraint or _detail_of(exc), what)
+
+
+def _detail_of(exc: DBAPIError) -> str:
+    """The server's detail line: what names the culprit when no constraint name came (Citus)."""
+    diag = getattr(exc.orig, "diag", None)
+    return str(getattr(diag, "message_detail", None) or "")
 
 
 _BY_SQLSTATE: Mapping[str, Callable[[str, str], DmsError]] = {

@@ -9,17 +9,24 @@ in it. Dropping it drops it on every node. About 1.5 s more per database.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import OperationalError
 
 from dms.db import normalize_url
 from dms.schema.ddl import execute_ddl
+
+#: How long a drop on Citus waits for the workers' sessions in the database to end.
+_DROP_WAIT_SECONDS = 30.0
+_DROP_RETRY_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -45,13 +52,30 @@ def temporary_database(server_url: str | URL, *, prefix: str = "dms_test") -> It
             _make_citus_cluster(url, nodes)
         yield url
     finally:
-        with admin.connect() as conn:
-            _propagate_to_nodes(conn, nodes)
-            execute_ddl(
-                conn,
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-            )
+        _drop(admin, name, nodes)
         admin.dispose()
+
+
+def _drop(admin: sa.Engine, name: str, nodes: Sequence[_Node]) -> None:
+    """Drop database ``name`` everywhere, waiting for the workers' sessions in it to end.
+
+    On Citus the coordinator's sessions go at once (FORCE), but the connections they held to
+    the workers end a moment later, and a worker refuses to drop a database in use until then.
+    """
+    statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    deadline = time.monotonic() + _DROP_WAIT_SECONDS
+    while True:
+        try:
+            with admin.connect() as conn:
+                _propagate_to_nodes(conn, nodes)
+                execute_ddl(conn, statement)
+        except OperationalError as exc:
+            in_use = isinstance(exc.orig, psycopg.errors.ObjectInUse)
+            if not (nodes and in_use) or time.monotonic() > deadline:
+                raise
+            time.sleep(_DROP_RETRY_SECONDS)
+        else:
+            return
 
 
 def _citus_nodes(conn: Connection) -> list[_Node]:

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import Settings
 from dms.domain import FieldType
 from dms.schema import tenant as t
@@ -109,6 +109,7 @@ def _revision_numbers(conn: Connection, document_id: uuid.UUID) -> list[int]:
 def _disable_revision_guard(conn: Connection, slug: str) -> None:
     """Switch the trigger off (until rollback) to reach the constraints behind it."""
     schema = tenancy.schema_name(slug)
+    citus.allow_tenant_triggers(conn)  # on Citus, trigger DDL on a tenant table needs it
     conn.exec_driver_sql(
         f'ALTER TABLE "{schema}".file_revisions DISABLE TRIGGER file_revisions_guard'
     )
