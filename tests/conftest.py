@@ -71,9 +71,26 @@ def new_slug() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+@pytest.fixture(scope="session")
+def rolled_back_tenant(engine: Engine) -> Iterator[str]:
+    """This worker's tenant for tests that write only through :func:`tenant_conn`."""
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
 @pytest.fixture
-def tenant(engine: Engine) -> Iterator[str]:
-    """A fresh tenant at head, dropped after the test."""
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A fresh tenant at head, dropped after the test.
+
+    A test that writes through :func:`tenant_conn` (rolled back after it) shares this worker's
+    :func:`rolled_back_tenant` instead: it leaves nothing behind, and creating a tenant costs
+    seconds on a Citus cluster (every table a distributed one, on three nodes).
+    """
+    if "tenant_conn" in request.fixturenames:
+        yield request.getfixturevalue("rolled_back_tenant")
+        return
     slug = new_slug()
     provisioning.create_tenant(engine, slug)
     yield slug
@@ -89,6 +106,9 @@ def user_id(engine: Engine) -> uuid.UUID:
 
 @pytest.fixture
 def tenant_conn(engine: Engine, tenant: str) -> Iterator[Connection]:
-    """A connection in a transaction routed to ``tenant``; rolled back after the test."""
+    """A connection in a transaction routed to ``tenant``; rolled back after the test.
+
+    Its tenant is shared by this worker's tests that use this fixture: write to it only here.
+    """
     with engine.connect() as conn, conn.begin():
         yield tenancy.route(conn, tenant)
