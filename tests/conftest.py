@@ -8,6 +8,7 @@ empty database (migrations) get their own with :func:`empty_database_url`.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from collections.abc import Iterator
@@ -84,17 +85,24 @@ def rolled_back_tenant(engine: Engine) -> Iterator[str]:
 def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
     """A fresh tenant at head, dropped after the test.
 
-    A test that writes through :func:`tenant_conn` (rolled back after it) shares this worker's
-    :func:`rolled_back_tenant` instead: it leaves nothing behind, and creating a tenant costs
-    seconds on a Citus cluster (every table a distributed one, on three nodes).
+    A test that uses :func:`tenant_conn` (rolled back after it) and does not name ``tenant``
+    itself shares this worker's :func:`rolled_back_tenant` instead: it leaves nothing behind,
+    and creating a tenant costs seconds on a Citus cluster (every table a distributed one, on
+    three nodes). A test that names its tenant (to change its tables' triggers, say) gets its
+    own: on Citus, a trigger switched off and rolled back was seen still off by the next test.
     """
-    if "tenant_conn" in request.fixturenames:
+    if _writes_only_through_tenant_conn(request):
         yield request.getfixturevalue("rolled_back_tenant")
         return
     slug = new_slug()
     provisioning.create_tenant(engine, slug)
     yield slug
     provisioning.drop_tenant(engine, slug)
+
+
+def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
+    named = inspect.signature(request.function).parameters
+    return "tenant_conn" in request.fixturenames and "tenant" not in named
 
 
 @pytest.fixture

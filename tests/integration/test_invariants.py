@@ -29,6 +29,7 @@ from dms.config import Settings
 from dms.domain import FieldType
 from dms.schema import tenant as t
 from dms.schema.tenant import MAX_FOLDER_DEPTH
+from dms.testing.blocking import is_blocked_by
 from dms.testing.factories import (
     DocumentFactory,
     DocumentTagFactory,
@@ -1200,10 +1201,9 @@ def _run_attempt(race: Race, statement: sa.Executable, attempt: Attempt) -> None
 
 
 def _blocked_by(monitor: Connection, waiter: Attempt, holder: Attempt) -> bool:
-    position = sa.func.array_position(sa.func.pg_blocking_pids(waiter.pid), holder.pid)
-    blocked = monitor.scalar(sa.select(position.is_not(None)))
-    monitor.rollback()
-    return bool(blocked)
+    assert waiter.pid is not None
+    assert holder.pid is not None
+    return is_blocked_by(monitor, waiter.pid, holder.pid)
 
 
 def _first_and_second(attempts: Sequence[Attempt]) -> tuple[Attempt, Attempt] | None:
