@@ -118,5 +118,11 @@ def tenant_conn(engine: Engine, tenant: str) -> Iterator[Connection]:
 
     Its tenant is shared by this worker's tests that use this fixture: write to it only here.
     """
-    with engine.connect() as conn, conn.begin():
-        yield tenancy.route(conn, tenant)
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        try:
+            yield tenancy.route(conn, tenant)
+        finally:
+            # Rolled back, not committed: the next test of the worker may share the tenant.
+            if transaction.is_active:
+                transaction.rollback()
