@@ -29,9 +29,11 @@ import enum
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import Connection
 
 from dms.errors import ClusterError
+from dms.schema.ddl import execute_ddl
 
 #: Where :func:`is_citus` keeps its answer on a DBAPI connection (a connection never changes
 #: database, so the answer holds for its lifetime).
@@ -160,6 +162,22 @@ def find_node(conn: Connection, name: str) -> Node:
 
 def _set_local(conn: Connection, setting: str, value: str) -> None:
     conn.execute(sa.select(sa.func.set_config(setting, value, True)))
+
+
+def set_local_on_every_node(conn: Connection, setting: str, value: str) -> bool:
+    """On Citus, set ``setting`` for this transaction here and on the workers it uses.
+
+    Returns ``False`` (and does nothing) off Citus. A ``set_config`` of the coordinator stays
+    on the coordinator, so a ``lock_timeout`` would not bound the waits on the worker that
+    holds a tenant: Citus replays a transaction's ``SET LOCAL`` commands on its worker
+    connections only with ``citus.propagate_set_commands = local``, and only ``SET`` commands.
+    """
+    if not is_citus(conn):
+        return False
+    _set_local(conn, "citus.propagate_set_commands", "local")
+    statement = sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(setting), sql.Literal(value))
+    execute_ddl(conn, statement)
+    return True
 
 
 def allow_tenant_triggers(conn: Connection) -> None:

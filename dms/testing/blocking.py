@@ -44,3 +44,30 @@ def _citus_query(waiter_pid: int, holder_pid: int) -> sa.Select[tuple[bool]]:
         _citus_lock_waits.c.blocking_gpid == sa.func.citus_calculate_gpid(node, holder_pid),
     )
     return sa.select(sa.exists(waits))
+
+
+_pg_stat_activity = sa.table(
+    "pg_stat_activity",
+    sa.column("datname"),
+    sa.column("wait_event_type"),
+    sa.column("wait_event"),
+    schema="pg_catalog",
+)
+
+
+def row_lock_waits(conn: Connection) -> int:
+    """How many sessions of ``conn``'s database wait for another transaction right now.
+
+    On Citus: every lock wait of the cluster's distributed transactions (on any node).
+    """
+    if citus.is_citus(conn):
+        query = sa.select(sa.func.count()).select_from(_citus_lock_waits)
+    else:
+        query = sa.select(sa.func.count()).where(
+            _pg_stat_activity.c.datname == sa.func.current_database(),
+            _pg_stat_activity.c.wait_event_type == "Lock",
+            _pg_stat_activity.c.wait_event == "transactionid",
+        )
+    waits = int(conn.scalar(query) or 0)
+    conn.rollback()
+    return waits
