@@ -23,6 +23,7 @@ from dms.domain import (
 )
 from dms.errors import (
     AlreadyExists,
+    ClusterError,
     ConcurrentUpdate,
     ConfigurationError,
     DmsError,
@@ -42,12 +43,14 @@ from dms.errors import (
 )
 from dms.jobs import Job, JobState, Worker
 from dms.migrations import downgrade, fleet_status, upgrade
+from dms.placement import move_tenant, tenant_nodes
 from dms.provisioning import create_tenant, create_tenants, drop_tenant, drop_tenants
 from dms.tenancy import Tenant, list_tenants
 from dms.uow import UnitOfWork
 
 __all__ = [
     "AlreadyExists",
+    "ClusterError",
     "ConcurrentUpdate",
     "ConfigurationError",
     "Cursor",
@@ -89,5 +92,7 @@ __all__ = [
     "drop_tenants",
     "fleet_status",
     "list_tenants",
+    "move_tenant",
+    "tenant_nodes",
     "upgrade",
 ]

@@ -11,6 +11,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     │   ├── UsersTableMissing       the IAM's users table is not there
     │   └── MigrationFailed         some tenants failed; carries the report
     ├── FleetStopped                a fleet operation stopped early (server gone, worker died)
+    ├── ClusterError                a Citus operation cannot run (not a cluster, unknown node)
     ├── ValidationError (ValueError) bad input caught before any SQL runs
     ├── NotFound (LookupError)      a referenced row does not exist
     ├── AlreadyExists               a unique key is taken
@@ -111,6 +112,10 @@ class FleetStopped(DmsError):
         """Say why and how far; keep the report."""
         self.report = report
         super().__init__(message)
+
+
+class ClusterError(DmsError):
+    """A Citus operation cannot run: the database is not a Citus cluster, or no such node."""
 
 
 class FleetInterrupted(KeyboardInterrupt):

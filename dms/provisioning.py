@@ -12,6 +12,9 @@ taken name fails alone and is reported while the others go on, spread over ``job
 processes (:mod:`dms.fleet.pool`). Interrupted, every tenant exists whole or not at all, and
 the same call finishes the rest (names already done are reported as existing, or not found).
 
+On a Citus cluster the new schema becomes a distributed schema, placed whole on one node, in
+the same transaction (:func:`dms.citus.distribute_schema`; docs/scaling.md).
+
 Locks on ``users``: creating a tenant adds foreign keys to the IAM's ``users`` table, which
 takes a SHARE ROW EXCLUSIVE lock on it until commit; the tenant revisions add those keys last,
 so the lock is held for the last few statements of the transaction only, and tenants created
@@ -25,11 +28,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateSchema, DropSchema
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import Settings, settings_of, with_settings
 from dms.errors import (
     FleetInterrupted,
@@ -44,7 +47,7 @@ from dms.fleet.report import FleetReport, Outcome, TenantReport
 from dms.migrations.environment import require_users_table
 from dms.migrations.runner import default_jobs, stopped_message
 from dms.migrations.scripts import Scripts
-from dms.migrations.template import tenant_template
+from dms.migrations.template import TenantTemplate, tenant_template
 from dms.migrations.versions import read_versions
 from dms.schema.ddl import execute_ddl
 from dms.tenancy import Tenant
@@ -85,9 +88,22 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         tenancy.set_lock_timeout(conn, settings)
         tenant = tenancy.register(conn, slug)
         conn.execute(CreateSchema(schema))
-        template = tenant_template(conn, scripts, settings)
-        execute_ddl(conn, template.statement(schema))
+        # On Citus, before the tables: each is then created distributed, which measured about
+        # twice as fast as converting them all at the end (a no-op if the cluster already
+        # distributed the schema, with citus.enable_schema_based_sharding on).
+        citus.distribute_schema(conn, schema)
+        _build_tables(conn, schema, tenant_template(conn, scripts, settings))
     return tenant
+
+
+def _build_tables(conn: Connection, schema: str, template: TenantTemplate) -> None:
+    if citus.is_citus(conn):
+        # Citus forwards a DDL command's whole query string to the node holding the schema,
+        # which refuses several commands in one.
+        for statement in template.statements(schema):
+            execute_ddl(conn, statement)
+    else:
+        execute_ddl(conn, template.batch(schema))
 
 
 def _drop(engine: Engine, slug: str) -> str | None:

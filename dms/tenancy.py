@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DisconnectionError, ProgrammingError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from dms import citus
 from dms.config import SHARED_SCHEMA, Settings, settings_of
 from dms.errors import InvalidTenantName, NotMigrated, TenantExists, TenantNotFound
 from dms.schema.shared import TENANT_SLUG_PATTERN, tenants
@@ -122,9 +123,10 @@ def limit_tenants_per_connection(engine: Engine, limit: int = TENANTS_PER_CONNEC
 def set_lock_timeout(conn: Connection, settings: Settings | None = None) -> None:
     """Bound lock waits for the rest of the current transaction (``SET LOCAL`` semantics)."""
     settings = settings or settings_of(conn)
-    conn.execute(
-        sa.select(sa.func.set_config("lock_timeout", f"{settings.lock_timeout_ms}ms", True))
-    )
+    value = f"{settings.lock_timeout_ms}ms"
+    # On Citus the locks a tenant's DDL waits for are on its worker: set it there too.
+    if not citus.set_local_on_every_node(conn, "lock_timeout", value):
+        conn.execute(sa.select(sa.func.set_config("lock_timeout", value, True)))
 
 
 # --- the registry -------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 ``users`` belongs to a separate IAM service; tenant tables only reference ``users(id)``. In
 production ``dms`` never creates it. For development and tests :func:`create_users_stand_in`
 creates a minimal table with the same key in the configured schema (``dms users stand-in``);
-the embedded development server gets it automatically.
+the embedded development server gets it automatically. On a Citus cluster the stand-in is a
+reference table, as the IAM's real table must be there (every node holds a copy, so tenant
+tables on every node keep their foreign keys to it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateSchema
 
+from dms import citus
 from dms.config import Settings, settings_of
 from dms.domain.validation import check_text
 from dms.errors import ValidationError
@@ -62,8 +65,12 @@ def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> b
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(key)))
         if users_table_exists(conn, settings):
             return False
+        # Never a distributed schema on Citus: users must be a reference table instead.
+        citus.keep_schema_local(conn)
         conn.execute(CreateSchema(settings.users_schema, if_not_exists=True))
         users_stand_in(settings.users_schema).create(conn)
+        # On Citus, every node holds it: each node's tenant tables reference it.
+        citus.make_reference_table(conn, settings.users_schema, "users")
     return True
 
 

@@ -8,6 +8,7 @@ empty database (migrations) get their own with :func:`empty_database_url`.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from collections.abc import Iterator
@@ -71,13 +72,37 @@ def new_slug() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture
-def tenant(engine: Engine) -> Iterator[str]:
-    """A fresh tenant at head, dropped after the test."""
+@pytest.fixture(scope="session")
+def rolled_back_tenant(engine: Engine) -> Iterator[str]:
+    """This worker's tenant for tests that write only through :func:`tenant_conn`."""
     slug = new_slug()
     provisioning.create_tenant(engine, slug)
     yield slug
     provisioning.drop_tenant(engine, slug)
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A fresh tenant at head, dropped after the test.
+
+    A test that uses :func:`tenant_conn` (rolled back after it) and does not name ``tenant``
+    itself shares this worker's :func:`rolled_back_tenant` instead: it leaves nothing behind,
+    and creating a tenant costs seconds on a Citus cluster (every table a distributed one, on
+    three nodes). A test that names its tenant (to change its tables' triggers, say) gets its
+    own: on Citus, a trigger switched off and rolled back was seen still off by the next test.
+    """
+    if _writes_only_through_tenant_conn(request):
+        yield request.getfixturevalue("rolled_back_tenant")
+        return
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
+def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
+    named = inspect.signature(request.function).parameters
+    return "tenant_conn" in request.fixturenames and "tenant" not in named
 
 
 @pytest.fixture
@@ -89,6 +114,15 @@ def user_id(engine: Engine) -> uuid.UUID:
 
 @pytest.fixture
 def tenant_conn(engine: Engine, tenant: str) -> Iterator[Connection]:
-    """A connection in a transaction routed to ``tenant``; rolled back after the test."""
-    with engine.connect() as conn, conn.begin():
-        yield tenancy.route(conn, tenant)
+    """A connection in a transaction routed to ``tenant``; rolled back after the test.
+
+    Its tenant is shared by this worker's tests that use this fixture: write to it only here.
+    """
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        try:
+            yield tenancy.route(conn, tenant)
+        finally:
+            # Rolled back, not committed: the next test of the worker may share the tenant.
+            if transaction.is_active:
+                transaction.rollback()

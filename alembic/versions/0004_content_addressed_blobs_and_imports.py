@@ -198,14 +198,20 @@ def _register_content_addressed_blobs(schema: str) -> None:
     rows = (
         sa.select(
             revisions.c.storage_key,
-            sa.func.min(revisions.c.sha256),
-            sa.func.min(revisions.c.size_bytes),
+            sa.func.min(revisions.c.sha256).label("sha256"),
+            sa.func.min(revisions.c.size_bytes).label("size_bytes"),
         )
         .where(content_addressed)
         .group_by(revisions.c.storage_key)
+        .cte("content_addressed")
     )
+    # The rows in a CTE at the top of the statement (what PostgreSQL inlines anyway): Citus
+    # 13.2 cannot run INSERT ... SELECT from a table of a distributed schema into one whose
+    # defaults call now(), and a tenant already distributed at 0003 reaches this on upgrade.
     op.get_bind().execute(
-        sa.insert(registry).from_select(["storage_key", "sha256", "size_bytes"], rows)
+        sa.insert(registry)
+        .from_select(["storage_key", "sha256", "size_bytes"], sa.select(*rows.c))
+        .add_cte(rows, nest_here=True)
     )
 
 

@@ -129,7 +129,10 @@ def _status(ctx: Context, args: argparse.Namespace) -> int:
     print(f"shared schema: {status.shared_revision or 'base'}{shared_note}")
     for item in status.tenants:
         state = ", ".join(item.problems) or "ok"
-        print(f"{item.slug}\t{item.schema_name}\t{item.revision or 'base'}\t{state}")
+        node = "" if item.node is None else f"\t{item.node}"
+        print(f"{item.slug}\t{item.schema_name}\t{item.revision or 'base'}\t{state}{node}")
+    for node, count in status.tenants_by_node.items():
+        print(f"node {node}: {count} tenant(s)")
     print(f"{len(status.tenants)} tenant(s); {'all at head' if status.healthy else 'ATTENTION'}")
     return EXIT_OK if status.healthy else EXIT_ERROR
 

@@ -1,4 +1,4 @@
-"""``dms tenants create|drop|list``: one tenant or thousands at once."""
+"""``dms tenants create|drop|list|move``: one tenant or thousands at once; moving one (Citus)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from dms import provisioning, tenancy
+from dms import placement, provisioning, tenancy
+from dms.citus import TransferMode
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, print_problems, progress, read_names, run_fleet
 from dms.cli.output import add_json_flag, emit_json
@@ -18,7 +19,7 @@ _FILE_HELP = "also the tenant keys in FILE, one per line (- for standard input)"
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``tenants`` and its subcommands to ``commands``."""
-    tenants = commands.add_parser("tenants", help="create, drop or list tenants")
+    tenants = commands.add_parser("tenants", help="create, drop, list or move tenants")
     tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True)
     create = tenant_commands.add_parser(
         "create", help="create tenants at the head revision, each on its own"
@@ -47,6 +48,23 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_jobs_option(drop)
     add_json_flag(drop)
     drop.set_defaults(run=_drop)
+
+    move = tenant_commands.add_parser(
+        "move",
+        help="move a tenant to another node of a Citus cluster (citus_schema_move)",
+        description="Citus copies the tenant's schema to the node, switches it and drops the "
+        "old copy; work on the tenant goes on (its writes wait during the copy, or with "
+        "--online only for the switch).",
+    )
+    move.add_argument("slug", metavar="NAME", help="the tenant's key")
+    move.add_argument("--to", required=True, metavar="HOST:PORT", help="the node, as in dms status")
+    move.add_argument(
+        "--online",
+        action="store_true",
+        help="copy by logical replication, so writes wait only for the switch "
+        "(needs wal_level = logical on the nodes)",
+    )
+    move.set_defaults(run=_move)
 
     listing = tenant_commands.add_parser("list", help="list tenants")
     add_json_flag(listing)
@@ -158,6 +176,16 @@ def _conclude(report: FleetReport, as_json: bool, line: Callable[[FleetReport], 
         if len(report.tenants) > 1 or not report.problems:
             print(line(report))
     return EXIT_ERROR if report.problems else EXIT_OK
+
+
+def _move(ctx: Context, args: argparse.Namespace) -> int:
+    mode = TransferMode.FORCE_LOGICAL if args.online else TransferMode.BLOCK_WRITES
+    source = placement.move_tenant(ctx.engine, args.slug, args.to, mode=mode)
+    if source.name == args.to:
+        print(f"tenant {args.slug} is already on {args.to}")
+    else:
+        print(f"moved tenant {args.slug} from {source.name} to {args.to}")
+    return EXIT_OK
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:

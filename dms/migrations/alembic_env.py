@@ -22,7 +22,7 @@ from alembic.runtime.environment import EnvironmentContext
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA, settings_of
 from dms.db import create_engine
 from dms.errors import DmsError, FleetInterrupted, MigrationFailed, TenantNotFound
@@ -170,6 +170,7 @@ def _in_transaction(context: EnvironmentContext, engine: Engine, scope: Migratio
         tenancy.set_lock_timeout(conn)
         advisory_lock(conn, scope.schema)
         if scope.schema == SHARED_SCHEMA and _missing_schema(conn, scope.schema):
+            citus.keep_schema_local(conn)
             conn.execute(sa.schema.CreateSchema(scope.schema, if_not_exists=True))
         _run_on(context, conn, scope)
 

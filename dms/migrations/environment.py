@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from alembic.runtime.environment import EnvironmentContext
 from sqlalchemy.engine import Connection
 
+from dms import citus
 from dms.config import Settings, settings_of
 from dms.errors import UsersTableMissing
 from dms.jobs import tables as _job_tables  # noqa: F401 -- puts the job tables on shared.metadata
@@ -74,6 +75,9 @@ def migrate_schema(
     # Not entered as a context manager: that would install it as ``alembic.context``, which
     # must stay the command's own when this runs under ``alembic upgrade`` (env.py).
     context = EnvironmentContext(scripts.config(), directory, fn=steps, destination_rev=destination)
+    if scope.is_tenant:
+        # On Citus, a tenant's tables carry triggers that only this setting lets DDL touch.
+        citus.allow_tenant_triggers(conn)
     with ALEMBIC_LOCK:
         run(context, conn, scope)
 

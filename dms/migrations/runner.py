@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA, Settings, settings_of
 from dms.errors import (
     FleetInterrupted,
@@ -250,6 +250,7 @@ class _Run:
             # Only when missing: even IF NOT EXISTS needs CREATE on the database, which a no-op
             # run must not require (nor run DDL at all).
             if conn.scalar(sa.select(sa.func.to_regnamespace(SHARED_SCHEMA))) is None:
+                citus.keep_schema_local(conn)
                 conn.execute(sa.schema.CreateSchema(SHARED_SCHEMA, if_not_exists=True))
             scope = MigrationScope.shared(settings)
             migrate_schema(conn, scope, migration.target, migration.direction, migration.scripts)

@@ -6,7 +6,9 @@ what the server needs to build the tables. Creating thousands of tenants is ther
 a recording: :class:`TenantTemplate` runs the revisions once, exactly as a migration runs them,
 on a throwaway schema in a transaction that is rolled back, and keeps every statement they sent
 with the throwaway name cut out. :meth:`TenantTemplate.statement` puts a tenant's schema name
-in, quoted by the driver, and the whole recording runs as one statement batch.
+in, quoted by the driver, and the whole recording runs as one statement batch (one statement
+at a time on Citus, which hands a DDL command's whole query string on to the node that holds
+the schema, and a node refuses several commands in one).
 
 Why this is exact: the recording is the SQL the revisions emit against an empty schema on this
 server, the only case tenant creation has (the schema is new). Statements that only read the
@@ -73,12 +75,16 @@ class TenantTemplate:
     """The SQL that takes a new, empty tenant schema to head, with the schema name left open."""
 
     head: str | None
-    #: The recording in pieces: SQL text, and slots where the schema name goes.
-    pieces: tuple[str | _Slot, ...]
+    #: Each recorded statement in pieces: SQL text, and slots where the schema name goes.
+    recorded: tuple[tuple[str | _Slot, ...], ...]
 
-    def statement(self, schema: str) -> sql.Composed:
-        """The whole recording for ``schema``, quoted by the driver, as one batch."""
-        return sql.Composed([_filled(piece, schema) for piece in self.pieces])
+    def statements(self, schema: str) -> list[sql.Composed]:
+        """Each recorded statement for ``schema``, quoted by the driver."""
+        return [sql.Composed([_filled(piece, schema) for piece in one]) for one in self.recorded]
+
+    def batch(self, schema: str) -> sql.Composed:
+        """The whole recording for ``schema`` as one batch: one round trip."""
+        return sql.SQL(";\n").join(self.statements(schema)) + sql.SQL(";")
 
 
 def _filled(piece: str | _Slot, schema: str) -> sql.Composable:
@@ -128,7 +134,7 @@ def _record(
     finally:
         savepoint.rollback()
     kept = [text for text in sent if not _READ_ONLY.match(text)]
-    return TenantTemplate(head=head, pieces=_cut(";\n".join(kept) + ";", throwaway))
+    return TenantTemplate(head=head, recorded=tuple(_cut(text, throwaway) for text in kept))
 
 
 @contextmanager

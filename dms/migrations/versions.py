@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA
 from dms.fleet.progress import NoProgress, Progress
 from dms.migrations.scripts import VERSION_TABLE, Scripts
@@ -140,6 +140,8 @@ class SchemaStatus:
     schema_exists: bool
     revision: str | None
     at_head: bool
+    #: The Citus node that holds the tenant (``host:port``); ``None`` on plain PostgreSQL.
+    node: str | None = None
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -164,6 +166,15 @@ class FleetStatus:
     tenants: tuple[SchemaStatus, ...]
 
     @property
+    def tenants_by_node(self) -> dict[str, int]:
+        """How many tenants each Citus node holds (empty on plain PostgreSQL)."""
+        counts: dict[str, int] = {}
+        for item in self.tenants:
+            if item.node is not None:
+                counts[item.node] = counts.get(item.node, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @property
     def healthy(self) -> bool:
         """Everything is at head, registered and present."""
         return self.shared_revision == self.head and all(
@@ -171,35 +182,49 @@ class FleetStatus:
         )
 
     def as_json(self) -> dict[str, Any]:
-        """``dms status --json``: head, shared revision, health, one object per tenant."""
-        return {
+        """``dms status --json``: head, shared revision, health, one object per tenant.
+
+        On Citus, each tenant also names its ``node`` and ``nodes`` counts tenants per node.
+        """
+        document: dict[str, Any] = {
             "head": self.head,
             "shared": self.shared_revision,
             "healthy": self.healthy,
-            "tenants": [
-                {
-                    "tenant": item.slug,
-                    "schema": item.schema_name,
-                    "revision": item.revision,
-                    "registered": item.registered,
-                    "schema_exists": item.schema_exists,
-                    "at_head": item.at_head,
-                    "problems": list(item.problems),
-                }
-                for item in self.tenants
-            ],
+            "tenants": [_tenant_json(item) for item in self.tenants],
         }
+        if self.tenants_by_node:
+            document["nodes"] = self.tenants_by_node
+        return document
+
+
+def _tenant_json(item: SchemaStatus) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "tenant": item.slug,
+        "schema": item.schema_name,
+        "revision": item.revision,
+        "registered": item.registered,
+        "schema_exists": item.schema_exists,
+        "at_head": item.at_head,
+        "problems": list(item.problems),
+    }
+    if item.node is not None:
+        document["node"] = item.node
+    return document
 
 
 def fleet_status(
     engine: Engine, *, progress: Progress | None = None, scripts: Scripts | None = None
 ) -> FleetStatus:
-    """Every tenant's revision and whether it is at head, plus any registry/catalog mismatch."""
+    """Every tenant's revision and whether it is at head, plus any registry/catalog mismatch.
+
+    On Citus, also the node that holds each tenant (one more catalog query).
+    """
     progress = progress or NoProgress()
     head = (scripts or Scripts.default()).head()
     with engine.connect() as conn:
         registered = registered_schemas(conn)
         in_catalog = tenant_schemas_in_catalog(conn)
+        placed = citus.schema_nodes(conn)
     schemas = sorted(registered.keys() | in_catalog)
     progress.begin(len(schemas) + 1)
     versions = read_fleet_versions(engine, [SHARED_SCHEMA, *schemas], progress=progress)
@@ -212,6 +237,7 @@ def fleet_status(
             schema_exists=schema in in_catalog,
             revision=versions[schema],
             at_head=versions[schema] == head,
+            node=placed[schema].name if schema in placed else None,
         )
         for schema in schemas
     )

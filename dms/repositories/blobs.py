@@ -119,6 +119,8 @@ def _claim_statement() -> sa.Executable:
     )
     # DO UPDATE, not DO NOTHING: only an update locks an existing row (and waits for a
     # release that is deleting it, then inserts it anew).
+    # EXCLUDED's default rather than now(): Citus refuses functions that are not IMMUTABLE in
+    # DO UPDATE SET; the default is the same now() of this transaction.
     return statement.on_conflict_do_update(
-        index_elements=[_b.c.storage_key], set_={"claimed_at": sa.func.now()}
+        index_elements=[_b.c.storage_key], set_={"claimed_at": statement.excluded.claimed_at}
     )

@@ -126,7 +126,9 @@ class DocumentRepository(Repository):
         """Put the document in the trash; :meth:`restore` takes it out."""
         check_id("document", document_id)
         check_version(version)
-        return self._update(document_id, version, "deletion", deleted_at=sa.func.clock_timestamp())
+        # Read first, not in the UPDATE: Citus refuses VOLATILE functions in an UPDATE.
+        stamp = self._execute(sa.select(sa.func.clock_timestamp())).scalar_one()
+        return self._update(document_id, version, "deletion", deleted_at=stamp)
 
     def restore(self, document_id: uuid.UUID, *, version: int) -> Document:
         """Take the document out of the trash.

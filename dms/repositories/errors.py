@@ -4,7 +4,8 @@ Repositories run every statement that the database may refuse inside :func:`tran
 psycopg error under SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError` carries the SQLSTATE and
 the name of the violated constraint; messages are never parsed. A caller can name the domain
 error of a particular constraint (``folders_no_cycle`` is a clearer story than "check
-violation").
+violation"), by its name or, for the rules that triggers enforce, by their own SQLSTATE (a
+Citus coordinator passes on a worker's SQLSTATE, message and detail, not the constraint name).
 """
 
 from __future__ import annotations
@@ -55,11 +56,21 @@ def translate(
     """Return the domain error for ``exc`` while working on ``what``, or ``None`` if unknown.
 
     ``what`` names the entity and the offending value (``"folder 'Invoices'"``).
+    ``constraints`` are keyed by constraint name, or by SQLSTATE for the rules that triggers
+    enforce (:data:`dms.schema.tenant.GUARD_SQLSTATES`): on Citus, an error raised on a
+    worker reaches us with its SQLSTATE but without its constraint name.
     """
-    constraint = constraint_of(exc)
-    if constraints and constraint in constraints:
-        return constraints[constraint]()
-    return _by_sqlstate(sqlstate_of(exc), constraint, what)
+    constraint, sqlstate = constraint_of(exc), sqlstate_of(exc)
+    for key in (constraint, sqlstate):
+        if constraints and key in constraints:
+            return constraints[key]()
+    return _by_sqlstate(sqlstate, constraint or _detail_of(exc), what)
+
+
+def _detail_of(exc: DBAPIError) -> str:
+    """The server's detail line: what names the culprit when no constraint name came (Citus)."""
+    diag = getattr(exc.orig, "diag", None)
+    return str(getattr(diag, "message_detail", None) or "")
 
 
 _BY_SQLSTATE: Mapping[str, Callable[[str, str], DmsError]] = {

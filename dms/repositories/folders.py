@@ -126,13 +126,14 @@ class FolderRepository(Repository):
         check_optional_id("parent folder", parent_id)
         self._require_live(parent_id)
         refusals: dict[str, ErrorFactory] = {
-            "folders_no_cycle": lambda: InvariantViolation(
+            # The guard's rules by SQLSTATE: a Citus coordinator does not pass on their names.
+            t.GUARD_SQLSTATES["folders_no_cycle"]: lambda: InvariantViolation(
                 f"folder {folder_id} cannot move under itself or its own descendant {parent_id}"
             ),
             "ck_folders_not_own_parent": lambda: InvariantViolation(
                 f"folder {folder_id} cannot be its own parent"
             ),
-            "folders_max_depth": lambda: InvariantViolation(
+            t.GUARD_SQLSTATES["folders_max_depth"]: lambda: InvariantViolation(
                 f"moving folder {folder_id} under {parent_id} would exceed the depth limit "
                 f"of {t.MAX_FOLDER_DEPTH}"
             ),

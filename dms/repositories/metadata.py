@@ -201,12 +201,18 @@ class MetadataRepository(Repository):
     def retire_option(self, option_id: uuid.UUID) -> FieldOption:
         """Stop offering an option; documents that chose it keep it."""
         check_id("option", option_id)
+        # Only a live option is stamped; a retired one is read as it is. Not one statement with
+        # coalesce(retired_at, now()): Citus refuses functions that are not IMMUTABLE there.
         row = self._execute(
             sa.update(_o)
-            .where(_o.c.id == option_id)
-            .values(retired_at=sa.func.coalesce(_o.c.retired_at, sa.func.now()))
+            .where(_o.c.id == option_id, _o.c.retired_at.is_(None))
+            .values(retired_at=sa.func.now())
             .returning(*OPTION_COLUMNS)
         ).one_or_none()
+        if row is None:
+            row = self._execute(
+                sa.select(*OPTION_COLUMNS).where(_o.c.id == option_id)
+            ).one_or_none()
         return _found_option(row, option_id)
 
     def put_value(
@@ -298,7 +304,14 @@ class MetadataRepository(Repository):
             column = value_column(field.field_type)
             columns.append(column)
             selected.append(sa.literal(field.default, column.type))
-        self._execute(sa.insert(_v).from_select(columns, sa.select(*selected)))
+        # The rows come from a CTE at the top of the statement: on Citus, INSERT ... SELECT
+        # from a tenant table whose defaults call now() fails (13.2 plans a filter on a
+        # distribution column that a schema's tables do not have); a top-level CTE is
+        # planned another way, and PostgreSQL inlines it.
+        rows = sa.select(*selected).cte("backfilled")
+        self._execute(
+            sa.insert(_v).from_select(columns, sa.select(*rows.c)).add_cte(rows, nest_here=True)
+        )
         if isinstance(field.default, frozenset):
             self._backfill_choices(field.id, field.default)
 
@@ -337,7 +350,9 @@ class MetadataRepository(Repository):
         self._execute(
             statement.on_conflict_do_update(
                 index_elements=[_v.c.document_id, _v.c.field_id],
-                set_={**{k: statement.excluded[k] for k in values}, "updated_at": sa.func.now()},
+                # EXCLUDED's default, not now(): Citus refuses functions that are not IMMUTABLE
+                # in DO UPDATE SET; the default is the same now() of this transaction.
+                set_={k: statement.excluded[k] for k in [*values, "updated_at"]},
             )
         )
         if isinstance(value, frozenset):

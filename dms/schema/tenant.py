@@ -12,7 +12,8 @@ a migration, a hand-written ``psql`` session) can break it:
   (composite foreign key);
 * folder names are unique among siblings, top level included, ignoring case and deleted rows;
   the folder tree has no cycles and at most :data:`MAX_FOLDER_DEPTH` levels (trigger
-  ``folders_guard``);
+  ``folders_guard``); each trigger-enforced rule refuses with its own SQLSTATE
+  (:data:`GUARD_SQLSTATES`);
 * a metadata value fills exactly the column of its field's type (CHECK over a copy of the type
   that a composite foreign key keeps equal to the field's);
 * a content-addressed blob's key ends with its own SHA-256, and revisions may share a storage
@@ -36,6 +37,17 @@ USERS_SCHEMA = "public"
 
 #: Deepest folder level; the root level is 1.
 MAX_FOLDER_DEPTH = 32
+
+#: The SQLSTATE with which each trigger-enforced rule refuses a change (integrity class 23,
+#: implementation-defined subclass M). The triggers also name the rule as the error's
+#: constraint, but only a plain server reports that: a Citus coordinator passes on the SQLSTATE
+#: of a worker's error and drops its constraint name (migration 0006).
+GUARD_SQLSTATES = {
+    "file_revisions_gap_free": "23M01",
+    "file_revisions_append_only": "23M02",
+    "folders_no_cycle": "23M03",
+    "folders_max_depth": "23M04",
+}
 
 #: The column that holds a value of each field type, keyed by :class:`FieldType` value
 #: (multi-select values are link rows). The field types themselves are :class:`FieldType`'s.

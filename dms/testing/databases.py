@@ -9,6 +9,7 @@ in it. Dropping it drops it on every node. About 1.5 s more per database.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,10 @@ from sqlalchemy.engine import URL, Connection
 
 from dms.db import normalize_url
 from dms.schema.ddl import execute_ddl
+
+#: How long a drop on Citus waits for the workers' sessions in the database to end, polling.
+_DROP_WAIT_SECONDS = 30.0
+_DROP_RETRY_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -45,13 +50,55 @@ def temporary_database(server_url: str | URL, *, prefix: str = "dms_test") -> It
             _make_citus_cluster(url, nodes)
         yield url
     finally:
-        with admin.connect() as conn:
-            _propagate_to_nodes(conn, nodes)
-            execute_ddl(
-                conn,
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
-            )
+        _drop(admin, name, nodes)
         admin.dispose()
+
+
+def _drop(admin: sa.Engine, name: str, nodes: Sequence[_Node]) -> None:
+    """Drop database ``name`` everywhere, once no worker has a session in it any more.
+
+    On Citus the coordinator's sessions go at once (FORCE), but the connections they held to
+    the workers end a moment later, and a worker refuses to drop a database in use (after
+    another worker may already have dropped its copy): wait for them first.
+    """
+    for node in nodes:
+        if not node.coordinator:
+            _wait_until_unused(admin.url.set(host=node.host, port=node.port), name)
+    with admin.connect() as conn:
+        _propagate_to_nodes(conn, nodes)
+        execute_ddl(
+            conn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+_activity = sa.table(
+    "pg_stat_activity",
+    sa.column("pid"),
+    sa.column("datname"),
+    sa.column("backend_type"),
+    schema="pg_catalog",
+)
+
+
+def _wait_until_unused(node_url: URL, name: str) -> None:
+    """End the sessions in ``name`` on the node of ``node_url`` and wait until they are gone."""
+    engine = sa.create_engine(node_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    # Client sessions only: Citus stops its own background worker there as the drop runs.
+    in_use = sa.and_(
+        _activity.c.datname == name,
+        _activity.c.pid != sa.func.pg_backend_pid(),
+        _activity.c.backend_type == "client backend",
+    )
+    sessions = sa.select(_activity.c.pid).where(in_use)
+    terminate = sa.select(sa.func.pg_terminate_backend(_activity.c.pid)).where(in_use)
+    deadline = time.monotonic() + _DROP_WAIT_SECONDS
+    try:
+        with engine.connect() as conn:
+            while conn.execute(sessions).first() is not None and time.monotonic() < deadline:
+                conn.execute(terminate)
+                time.sleep(_DROP_RETRY_SECONDS)
+    finally:
+        engine.dispose()
 
 
 def _citus_nodes(conn: Connection) -> list[_Node]:

@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import provisioning
@@ -17,6 +16,7 @@ from dms.domain import NewRevision
 from dms.errors import InvariantViolation
 from dms.services import add_revision, create_document
 from dms.storage import Content, LocalBlobStore
+from dms.testing.blocking import row_lock_waits
 from dms.uow import UnitOfWork
 from tests.importing.conftest import digest
 
@@ -104,24 +104,9 @@ def test_purging_a_live_document_is_refused_and_changes_nothing(
 
 
 def _lock_waits(engine: Engine, tenant: str) -> int:
-    """Sessions of this database waiting for a row lock right now."""
-    activity = sa.table(
-        "pg_stat_activity",
-        sa.column("datname"),
-        sa.column("wait_event_type"),
-        sa.column("wait_event"),
-    )
+    """Sessions of this database waiting for a row lock right now (on Citus: on any node)."""
     with engine.connect() as conn:
-        return int(
-            conn.scalar(
-                sa.select(sa.func.count()).where(
-                    activity.c.datname == sa.func.current_database(),
-                    activity.c.wait_event_type == "Lock",
-                    activity.c.wait_event == "transactionid",
-                )
-            )
-            or 0
-        )
+        return row_lock_waits(conn)
 
 
 def test_release_waits_for_an_import_that_claimed_the_blob_and_keeps_it(

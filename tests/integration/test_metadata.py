@@ -18,6 +18,7 @@ from dms.domain import DocumentQuery, FieldType
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.services import clear_value, create_document, define_field, set_value, set_values
+from dms.testing.blocking import is_blocked_by
 from dms.uow import UnitOfWork
 
 
@@ -224,8 +225,7 @@ def _blocked_by(engine: Engine, waiter_pid: int, holder_pid: int, done: threadin
     deadline = time.monotonic() + 10
     with engine.connect() as conn:
         while time.monotonic() < deadline:
-            blockers = conn.scalar(sa.select(sa.func.pg_blocking_pids(waiter_pid)))
-            if holder_pid in (blockers or []):
+            if is_blocked_by(conn, waiter_pid, holder_pid):
                 return True
             if done.wait(0.02):
                 return False
@@ -263,7 +263,7 @@ def test_required_field_and_document_created_concurrently(
 ) -> None:
     """Whichever commits first, the new document ends up with the required field's value.
 
-    The one that starts second must wait for the first (proved with pg_blocking_pids): without
+    The one that starts second must wait for the first (proved with dms.testing.blocking): without
     that wait, the field's backfill misses the document, and the document misses the field.
     """
 

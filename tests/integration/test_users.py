@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
 
-from dms.config import Settings, with_settings
+from dms import citus
+from dms.config import Settings, settings_of, with_settings
 from dms.errors import ValidationError
 from dms.testing.factories import FolderFactory
 from dms.users import create_user, create_users_stand_in, users_table_exists
@@ -113,3 +114,11 @@ def test_create_user_stores_any_storable_text_intact(engine: sa.Engine) -> None:
             sa.text("SELECT email, display_name FROM public.users WHERE id = :id"), {"id": user}
         ).one()
     assert tuple(stored) == (email, name)
+
+
+def test_stand_in_is_a_reference_table_on_citus_only(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        if not citus.is_citus(conn):
+            assert citus.nodes(conn) == []
+            return
+        assert citus.is_reference_table(conn, settings_of(engine).users_schema, "users")

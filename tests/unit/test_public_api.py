@@ -10,6 +10,7 @@ import dms
 
 EXPECTED = [
     "AlreadyExists",
+    "ClusterError",
     "ConcurrentUpdate",
     "ConfigurationError",
     "Cursor",
@@ -51,6 +52,8 @@ EXPECTED = [
     "drop_tenants",
     "fleet_status",
     "list_tenants",
+    "move_tenant",
+    "tenant_nodes",
     "upgrade",
 ]
 
