@@ -81,13 +81,24 @@ SURROGATE_NAME = b"scan-\xff.pdf".decode("utf-8", "surrogateescape")
     ids=["lone surrogate", "NUL", "3 MB"],
 )
 def test_a_failure_whose_text_postgresql_refuses_is_recorded_and_no_runner_is_lost(
-    engine: Engine, effects: str, kind: str, message: str
+    engine: Engine,
+    effects: str,
+    kind: str,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="dms.jobs")
     failing, *others = _enqueue(engine, kind, effects, [{"fail": "yes"}, {}, {}, {}])
     worker = jobs.Worker(engine, {kind: _fail_with(message)}, concurrency=2, poll_seconds=0.1)
     with worker:
         wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
         stats = worker.stats()
+    # The log line says what failed in text any log pipeline can carry: escaped, and short.
+    (line,) = [r.getMessage() for r in caplog.records if str(failing) in r.getMessage()]
+    assert "cannot read" in line or "xxxx" in line
+    assert line.encode("utf-8")
+    assert "\x00" not in line
+    assert len(line) < 2_000
     dead = _job(engine, failing)
     assert dead.state is jobs.JobState.DEAD
     assert dead.last_error is not None

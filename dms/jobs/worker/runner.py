@@ -25,6 +25,7 @@ from typing import Generic, Protocol, TypeVar
 import sqlalchemy as sa
 
 from dms.errors import LeaseLost
+from dms.jobs.failures import error_text, summary_of
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker.claims import Claim, ClaimBook
@@ -154,6 +155,8 @@ class Runner(Generic[U]):
 
     def _failed(self, claim: Claim, exc: Exception) -> None:
         job = claim.job
+        # The error's last line, escaped and capped as it is recorded: a log line must stay
+        # short, and valid UTF-8 for whatever carries it (a lone surrogate breaks encoders).
         log.warning(
             "worker %s: job %s (kind %s, tenant %s) attempt %d failed: %s",
             self._name,
@@ -161,6 +164,6 @@ class Runner(Generic[U]):
             job.kind,
             job.tenant,
             job.attempts,
-            exc,
+            summary_of(error_text(exc)),
         )
         self._settler.fail(claim, exc)
