@@ -15,9 +15,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms.db import normalize_url
 from dms.schema.ddl import execute_ddl
@@ -58,17 +60,54 @@ def _drop(admin: sa.Engine, name: str, nodes: Sequence[_Node]) -> None:
     """Drop database ``name`` everywhere, once no worker has a session in it any more.
 
     On Citus the coordinator's sessions go at once (FORCE), but the connections they held to
-    the workers end a moment later, and a worker refuses to drop a database in use (after
-    another worker may already have dropped its copy): wait for them first.
+    the workers end a moment later (and the coordinator's own background work may still hold
+    one), and a worker refuses to drop a database in use: wait for them, and try again while a
+    worker still refuses. Citus drops the workers' copies one by one, so a later try may find
+    some gone: then each copy left is dropped on its own node.
     """
-    for node in nodes:
-        if not node.coordinator:
-            _wait_until_unused(admin.url.set(host=node.host, port=node.port), name)
-    with admin.connect() as conn:
-        _propagate_to_nodes(conn, nodes)
-        execute_ddl(
-            conn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    deadline = time.monotonic() + _DROP_WAIT_SECONDS
+    while True:
+        for node in nodes:
+            if not node.coordinator:
+                _wait_until_unused(_node_url(admin, node), name)
+        try:
+            with admin.connect() as conn:
+                _propagate_to_nodes(conn, nodes)
+                execute_ddl(conn, statement)
+        except OperationalError as exc:
+            if not isinstance(exc.orig, psycopg.errors.ObjectInUse) or not nodes:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_DROP_RETRY_SECONDS)
+        except ProgrammingError as exc:
+            if not isinstance(exc.orig, psycopg.errors.InvalidCatalogName) or not nodes:
+                raise
+            _drop_each_copy(admin, name, nodes, statement)
+            return
+        else:
+            return
+
+
+def _node_url(admin: sa.Engine, node: _Node) -> URL:
+    return admin.url.set(host=node.host, port=node.port)
+
+
+def _drop_each_copy(
+    admin: sa.Engine, name: str, nodes: Sequence[_Node], statement: sql.Composable
+) -> None:
+    """Drop what is left of ``name`` node by node (workers first), without propagation."""
+    for node in sorted(nodes, key=lambda n: n.coordinator):
+        _wait_until_unused(_node_url(admin, node), name)
+        engine = sa.create_engine(
+            _node_url(admin, node), isolation_level="AUTOCOMMIT", poolclass=sa.NullPool
         )
+        try:
+            with engine.connect() as conn:
+                execute_ddl(conn, statement)
+        finally:
+            engine.dispose()
 
 
 _activity = sa.table(
