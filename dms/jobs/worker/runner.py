@@ -28,7 +28,7 @@ from dms.errors import LeaseLost
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker.claims import Claim, ClaimBook
-from dms.jobs.worker.settler import Settler
+from dms.jobs.worker.settler import Settler, printable_line
 from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.unit import JobUnitOfWork, UnitOfWorkFactory, wrote
 
@@ -161,6 +161,6 @@ class Runner(Generic[U]):
             job.kind,
             job.tenant,
             job.attempts,
-            exc,
+            printable_line(exc),
         )
         self._settler.fail(claim, exc)
