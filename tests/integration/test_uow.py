@@ -211,3 +211,35 @@ def test_settings_of_another_type_are_refused(
 ) -> None:
     with pytest.raises(ConfigurationError, match=r"dms\.Settings"):
         UnitOfWork(engine, tenant=tenant, settings=settings)  # type: ignore[arg-type]
+
+
+def _checked_out(engine: Engine) -> int:
+    pool = engine.pool
+    assert isinstance(pool, sa.QueuePool)
+    return pool.checkedout()
+
+
+def test_a_lazy_unit_of_work_takes_its_connection_at_first_use(engine: Engine, tenant: str) -> None:
+    """What a job worker's units are (``UnitOfWork.factory``): no connection until asked."""
+    before = _checked_out(engine)
+    make = UnitOfWork.factory(engine)
+    with make(tenant=tenant) as uow:
+        assert not uow.opened
+        assert _checked_out(engine) == before
+        tags = uow.connection.scalar(sa.select(sa.func.count()).select_from(t.tags))
+        assert tags == 0  # routed to the tenant's schema
+        assert uow.opened
+        assert _checked_out(engine) == before + 1
+        uow.commit()
+    assert _checked_out(engine) == before
+
+
+def test_a_lazy_unit_of_work_never_used_commits_nothing_and_gives_nothing_back(
+    engine: Engine, tenant: str
+) -> None:
+    before = _checked_out(engine)
+    with UnitOfWork(engine, tenant=tenant, lazy=True) as uow:
+        pass
+    assert (uow.opened, _checked_out(engine)) == (False, before)
+    with pytest.raises(DmsError):
+        uow.connection  # noqa: B018 - closed units refuse their connection

@@ -25,11 +25,10 @@ from typing import Generic, Protocol, TypeVar
 import sqlalchemy as sa
 
 from dms.errors import LeaseLost
-from dms.jobs.failures import error_text, summary_of
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker.claims import Claim, ClaimBook
-from dms.jobs.worker.settler import Settler
+from dms.jobs.worker.settler import Settler, printable_line
 from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.unit import JobUnitOfWork, UnitOfWorkFactory, wrote
 
@@ -155,7 +154,7 @@ class Runner(Generic[U]):
 
     def _failed(self, claim: Claim, exc: Exception) -> None:
         job = claim.job
-        # The error's last line, escaped and capped as it is recorded: a log line must stay
+        # The error's first line, escaped and capped: a log line must stay
         # short, and valid UTF-8 for whatever carries it (a lone surrogate breaks encoders).
         log.warning(
             "worker %s: job %s (kind %s, tenant %s) attempt %d failed: %s",
@@ -164,6 +163,6 @@ class Runner(Generic[U]):
             job.kind,
             job.tenant,
             job.attempts,
-            summary_of(error_text(exc)),
+            printable_line(exc),
         )
         self._settler.fail(claim, exc)

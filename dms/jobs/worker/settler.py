@@ -57,6 +57,11 @@ def printable_error(exc: BaseException) -> str:
     return f"{summary}\n{trace}"
 
 
+def printable_line(exc: BaseException) -> str:
+    """The type and first line of ``exc``'s message, escaped as in :func:`printable_error`."""
+    return _escaped(_one_line(exc))[:_SUMMARY_CHARS]
+
+
 #: Longest text of one exception in the summary line of :func:`printable_error`.
 _SUMMARY_CHARS = 500
 

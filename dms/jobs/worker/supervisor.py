@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from dms.jobs.worker.settler import printable_error
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)
@@ -122,19 +123,26 @@ class Supervisor:
     def _failed(
         self, role: str, part: Part | None, make: Callable[[], Part], error: BaseException
     ) -> None:
+        # The traceback as printable text: a handler's message may hold lone surrogates or
+        # NUL, which would break log handlers and shippers that write UTF-8.
         log.error(
-            "worker %s: %s %s failed; replacing it",
+            "worker %s: %s %s failed; replacing it: %s",
             self._name,
             role,
             threading.current_thread().name,
-            exc_info=error,
+            printable_error(error),
         )
         self._tally.add("runners_replaced" if role == RUNNER else "parts_restarted")
         if part is not None:
             try:
                 part.salvage(error)
-            except BaseException:  # the replacement must start regardless
-                log.exception("worker %s: salvaging after the %s failed too", self._name, role)
+            except BaseException as again:  # the replacement must start regardless
+                log.error(  # noqa: TRY400 - the traceback is in the message, escaped
+                    "worker %s: salvaging after the %s failed too: %s",
+                    self._name,
+                    role,
+                    printable_error(again),
+                )
         if role != RUNNER:
             self._stopping.wait(RESTART_PAUSE_SECONDS)
         if self._stopping.is_set():
