@@ -41,12 +41,13 @@ from dms.errors import (
     UsersTableMissing,
     ValidationError,
 )
-from dms.jobs import Job, JobState, Worker
+from dms.jobs import Job, JobState
 from dms.migrations import downgrade, fleet_status, upgrade
 from dms.placement import move_tenant, tenant_nodes
 from dms.provisioning import create_tenant, create_tenants, drop_tenant, drop_tenants
 from dms.tenancy import Tenant, list_tenants
 from dms.uow import UnitOfWork
+from dms.worker import Worker
 
 __all__ = [
     "AlreadyExists",

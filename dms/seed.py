@@ -32,7 +32,7 @@ from dms.domain import (
 )
 from dms.domain.search import MAX_PAGE_SIZE
 from dms.errors import NotFound, TenantExists, ValidationError
-from dms.jobs import JobState, Worker
+from dms.jobs import JobState
 from dms.processing import (
     INTEGRITY_FIELD,
     define_processing_fields,
@@ -43,6 +43,7 @@ from dms.services import add_revision, create_document, define_field, search_doc
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 from dms.users import create_user
+from dms.worker import Worker
 
 SEED_TENANTS = ("acme", "globex", "initech")
 SEED_USERS = (("alice@example.org", "Alice Example"), ("bob@example.org", "Bob Example"))
@@ -235,12 +236,7 @@ def run_demo(
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)
     started = time.monotonic()
-    with Worker(
-        engine,
-        handlers(blobs),
-        concurrency=concurrency,
-        unit_of_work=UnitOfWork.factory(engine),
-    ):
+    with Worker(engine, handlers(blobs), concurrency=concurrency):
         _wait_for_queue(engine, started + timeout_seconds)
     elapsed = time.monotonic() - started
     summary = "\n".join(

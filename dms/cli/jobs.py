@@ -18,11 +18,11 @@ from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
 from dms.health import require_migrated
-from dms.jobs import Job, JobState, Worker
+from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
 from dms.storage import LocalBlobStore
-from dms.uow import UnitOfWork
+from dms.worker import Worker
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,7 +135,6 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),
-        unit_of_work=UnitOfWork.factory(ctx.engine),
     )
     if args.metrics_port is not None:
         metrics = metrics_module()

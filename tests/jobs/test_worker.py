@@ -7,15 +7,18 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+import dms
 from dms import jobs
 from dms.errors import ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.jobs.validation import MAX_LEASE
+from dms.jobs.worker import TenantTransaction
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 
@@ -64,6 +67,29 @@ def test_worker_commits_the_handlers_writes_with_the_completion(
     for job_id in ids:
         assert count_effects(engine, effects, job_id) == 1
         assert _state_of(engine, job_id).attempts == 1
+
+
+@pytest.mark.parametrize(
+    ("worker_class", "unit_class"),
+    [(dms.Worker, UnitOfWork), (jobs.Worker, TenantTransaction)],
+    ids=["dms.Worker", "dms.jobs.Worker"],
+)
+def test_without_a_factory_handlers_get_their_layers_unit_of_work(
+    engine: Engine, effects: str, kind: str, worker_class: type[jobs.Worker[Any]], unit_class: type
+) -> None:
+    """dms.Worker gives the tenant UnitOfWork (repositories); dms.jobs.Worker a bare transaction."""
+    (job_id,) = _enqueue(engine, kind, effects)
+    seen: list[object] = []
+
+    def handler(uow: Any, job: jobs.Job) -> None:
+        seen.append(uow)
+        record_effect(uow, job)
+
+    with worker_class(engine, {kind: handler}, poll_seconds=0.1):
+        wait_for(_all_done(engine, kind, 1))
+    assert [type(unit) for unit in seen] == [unit_class]
+    assert getattr(seen[0], "tenant", None) == effects
+    assert count_effects(engine, effects, job_id) == 1
 
 
 def test_a_failing_handler_is_retried_with_its_traceback_recorded(

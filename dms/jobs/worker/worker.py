@@ -59,8 +59,8 @@ class Worker(Generic[U]):
     naming the kind: no retry on this worker could run it; requeue it once a worker can.
     ``backoff`` sets retry policies per kind (a job's own policy still wins).
     ``unit_of_work``: makes the unit of work each handler runs in, ``unit_of_work(tenant=...)``
-    (default: a :class:`~dms.jobs.worker.TenantTransaction`; pass
-    ``dms.uow.UnitOfWork.factory(engine)`` for the tenant unit of work and its repositories).
+    (default: :meth:`default_unit_of_work`, a :class:`~dms.jobs.worker.TenantTransaction`
+    here; ``dms.Worker`` runs handlers in the tenant ``UnitOfWork`` with its repositories).
     ``prefetch``: most jobs claimed ahead of the runners (default :data:`PREFETCH`). Within
     it, the worker claims ahead what its runners finish in a few claim round trips at their
     current pace, and at least one job per runner (:mod:`.window`): many short jobs get
@@ -114,9 +114,7 @@ class Worker(Generic[U]):
         )
         self.name = arguments.name("name", name if name is not None else _default_name())
         self._engine = engine
-        self._unit_of_work = unit_of_work or cast(
-            UnitOfWorkFactory[U], TenantTransaction.factory(engine)
-        )
+        self._unit_of_work = unit_of_work or self.default_unit_of_work(engine)
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._runners_done = threading.Event()
@@ -143,6 +141,14 @@ class Worker(Generic[U]):
             runner_lost=self._release_ready,
         )
         self._started = False
+
+    @classmethod
+    def default_unit_of_work(cls, engine: Engine) -> UnitOfWorkFactory[U]:
+        """The factory used when none is given: :class:`TenantTransaction` here.
+
+        ``dms.Worker`` (:mod:`dms.worker`) overrides it with the tenant ``UnitOfWork``.
+        """
+        return cast(UnitOfWorkFactory[U], TenantTransaction.factory(engine))
 
     # --- parts ----------------------------------------------------------------------------
 
