@@ -35,7 +35,7 @@ def error_text(error: str | BaseException) -> str:
         error = "".join(traceback.format_exception(error)).rstrip()
     elif not isinstance(error, str):
         raise ValidationError(f"error must be a str or an exception, not {type(error).__name__}")
-    return _capped(_escaped(error))
+    return _capped(escaped(error))
 
 
 def summary_of(text: str) -> str:
@@ -44,10 +44,15 @@ def summary_of(text: str) -> str:
     return lines[-1][:MAX_SUMMARY_CHARS] if lines else ""
 
 
-def _escaped(text: str) -> str:
-    """``text`` as PostgreSQL stores it: lone surrogates and NUL as backslash escapes."""
+def escaped(text: str, *, ascii_only: bool = False) -> str:
+    """``text`` as PostgreSQL stores it: lone surrogates and NUL as backslash escapes.
+
+    ``ascii_only`` escapes every non-ASCII character too: for log lines, which must survive
+    any terminal, file or log shipper on the way.
+    """
     # backslashreplace writes a surrogate as \udcff; everything else encodes unchanged.
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    encoding = "ascii" if ascii_only else "utf-8"
+    text = text.encode(encoding, "backslashreplace").decode(encoding)
     return text.replace("\x00", "\\x00")
 
 

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import LeaseLost
 from dms.jobs.backoff import Backoff
+from dms.jobs.failures import escaped
 from dms.jobs.model import Job
 from dms.jobs.settlement import fail, release
 from dms.jobs.worker.claims import Claim, ClaimBook
@@ -49,8 +50,10 @@ def printable_error(exc: BaseException) -> str:
     included) and NUL are escaped; of the traceback, the end is kept, where the exception and
     its innermost frames are.
     """
-    summary = " <- ".join(_escaped(_one_line(error))[:_SUMMARY_CHARS] for error in _chain(exc))
-    trace = _escaped("".join(traceback.format_exception(exc)).rstrip())
+    summary = " <- ".join(
+        escaped(_one_line(error), ascii_only=True)[:_SUMMARY_CHARS] for error in _chain(exc)
+    )
+    trace = escaped("".join(traceback.format_exception(exc)).rstrip(), ascii_only=True)
     room = max(0, PRINTABLE_CHARS - len(summary))
     if len(trace) > room:
         trace = "[...cut] " + trace[len(trace) - room :]
@@ -59,7 +62,7 @@ def printable_error(exc: BaseException) -> str:
 
 def printable_line(exc: BaseException) -> str:
     """The type and first line of ``exc``'s message, escaped as in :func:`printable_error`."""
-    return _escaped(_one_line(exc))[:_SUMMARY_CHARS]
+    return escaped(_one_line(exc), ascii_only=True)[:_SUMMARY_CHARS]
 
 
 #: Longest text of one exception in the summary line of :func:`printable_error`.
@@ -78,10 +81,6 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def _one_line(exc: BaseException) -> str:
     lines = str(exc).splitlines()
     return f"{type(exc).__qualname__}: {lines[0] if lines else ''}"
-
-
-def _escaped(text: str) -> str:
-    return text.encode("ascii", "backslashreplace").decode("ascii").replace("\x00", "\\x00")
 
 
 class Settler:
