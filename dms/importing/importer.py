@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from dms import jobs, tenancy
+from dms import citus, jobs, tenancy
 from dms.blobs import StoredContents, claim_contents, write_contents
 from dms.config import Settings
 from dms.domain import NewDocument, NewFolder, NewRevision
@@ -39,7 +39,7 @@ from dms.errors import ValidationError
 from dms.processing import define_processing_fields, verification_jobs
 from dms.repositories.documents import TITLE_MAX_CHARS
 from dms.repositories.folders import NAME_MAX_CHARS
-from dms.repositories.imports import ImportRepository, NewImportedEntry
+from dms.repositories.imports import ImportRepository, NewImportedDocument, NewImportedEntry
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.services import set_values
 from dms.storage import Content, LocalBlobStore
@@ -91,6 +91,8 @@ class _NewFile:
     known_document: uuid.UUID | None = None
     #: The document that gets the revision: the known one, or the one created for it.
     document_id: uuid.UUID | None = None
+    #: The revision of the file, once added.
+    revision_id: uuid.UUID | None = None
 
 
 @dataclass(kw_only=True)
@@ -146,6 +148,9 @@ class _Importer:
         )
         self.counts, self.timings = self.report.counts, self.report.timings
         self.into_depth = 0
+        # Documents, revisions and provenance in one statement (ImportRepository.import_documents)
+        # everywhere but on Citus, which splits such a statement.
+        self.one_statement = True
         self.defaults: dict[uuid.UUID, object] = {}
         # Folder of the tree (relative path) -> its id, once created or found.
         self.folder_ids: dict[bytes, uuid.UUID] = {}
@@ -212,6 +217,7 @@ class _Importer:
     def _prepare(self) -> None:
         with self._unit() as uow:
             tenancy.get_tenant(uow.connection, self.tenant)
+            self.one_statement = not citus.is_citus(uow.connection)
             if self.into is not None:
                 self.into_depth = len(uow.folders.path(uow.folders.get(self.into).id))
             define_processing_fields(uow)
@@ -264,7 +270,7 @@ class _Importer:
             with ThreadPoolExecutor(1, thread_name_prefix="dms-import-blobs") as writer:
                 writing = writer.submit(self._write_blobs, keys, contents)
                 self._create_folders(uow, batch)
-                self._create_documents(uow, batch)
+                self._create_documents(uow, batch, keys)
                 revisions = self._add_revisions(uow, batch, keys)
                 self._record(uow, batch)
                 enqueued = jobs.enqueue_many(uow, verification_jobs(self.tenant, revisions))
@@ -286,8 +292,11 @@ class _Importer:
         finally:
             self.timings.blob_writes += time.perf_counter() - started
 
+    def _imports(self, uow: UnitOfWork) -> ImportRepository:
+        return ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
+
     def _record(self, uow: UnitOfWork, batch: _Batch) -> None:
-        imports = ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
+        imports = self._imports(uow)
         imports.record(batch.provenance)
         imports.record_content(
             {f.known_document: f.read.content.sha256 for f in batch.files if f.known_document}
@@ -542,8 +551,11 @@ class _Importer:
             self.counts.folders_created += 1
         return again
 
-    def _create_documents(self, uow: UnitOfWork, batch: _Batch) -> None:
-        """Name and create the documents of the batch's new files."""
+    def _create_documents(self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]) -> None:
+        """Name and create the documents of the batch's new files.
+
+        With :attr:`one_statement`, their revisions and provenance come with them.
+        """
         pending: list[tuple[_NewFile, str]] = []
         kept: list[_NewFile] = []
         for new in batch.files:
@@ -558,38 +570,75 @@ class _Importer:
         for _ in range(NAME_ATTEMPTS):
             if not pending:
                 break
-            pending = self._insert_documents(uow, pending, kept)
+            pending = self._insert_documents(uow, pending, kept, keys)
         for new, _title in pending:
             self._skip(new.entry, SkipReason.NAME_TAKEN, "no free name found")
         batch.files = kept
 
     def _insert_documents(
-        self, uow: UnitOfWork, pending: list[tuple[_NewFile, str]], kept: list[_NewFile]
+        self,
+        uow: UnitOfWork,
+        pending: list[tuple[_NewFile, str]],
+        kept: list[_NewFile],
+        keys: dict[str, str],
     ) -> list[tuple[_NewFile, str]]:
-        created = uow.documents.add_many(
-            [
-                NewDocument(title=title, folder_id=self._parent_id(new.entry))
-                for new, title in pending
+        """Create ``pending``; return those whose title was taken, renamed for another try."""
+        created = (
+            self._import_documents(uow, pending, keys)
+            if self.one_statement
+            else [
+                (document_id, None)
+                for document_id in uow.documents.add_many(
+                    [
+                        NewDocument(title=title, folder_id=self._parent_id(new.entry))
+                        for new, title in pending
+                    ]
+                )
             ]
         )
         again: list[tuple[_NewFile, str]] = []
-        for (new, title), document_id in zip(pending, created, strict=True):
+        for (new, title), (document_id, revision_id) in zip(pending, created, strict=True):
             if document_id is None:
                 name = self._rename_again(new.entry, _DOCUMENT, title)
                 if name is not None:
                     again.append((new, name))
                 continue
-            new.document_id = document_id
+            new.document_id, new.revision_id = document_id, revision_id
             kept.append(new)
             self.counts.documents_created += 1
         return again
 
+    def _import_documents(
+        self, uow: UnitOfWork, pending: list[tuple[_NewFile, str]], keys: dict[str, str]
+    ) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
+        """Documents with their revisions and provenance, one statement; ids per input."""
+        created = self._imports(uow).import_documents(
+            [
+                NewImportedDocument(
+                    title=title,
+                    folder_id=self._parent_id(new.entry),
+                    source_name=new.entry.name,
+                    source_path=new.entry.path,
+                    storage_key=keys[new.read.content.sha256],
+                    sha256=new.read.content.sha256,
+                    size_bytes=new.read.content.size_bytes,
+                    mime_type=new.read.mime_type,
+                )
+                for new, title in pending
+            ]
+        )
+        return [(None, None) if c is None else (c.document_id, c.revision_id) for c in created]
+
     def _add_revisions(
         self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]
     ) -> list[uuid.UUID]:
-        """Add each file's revision, make it current, record provenance; return revision ids."""
+        """Add the revisions not added yet, make them current, record provenance.
+
+        Return the revision ids of every file of the batch.
+        """
         files = [f for f in batch.files if f.document_id is not None]
-        revisions = uow.revisions.add_many(
+        missing = [f for f in files if f.revision_id is None]
+        added = uow.revisions.add_many(
             [
                 NewRevision(
                     document_id=f.document_id,
@@ -598,25 +647,29 @@ class _Importer:
                     size_bytes=f.read.content.size_bytes,
                     mime_type=f.read.mime_type,
                 )
-                for f in files
+                for f in missing
                 if f.document_id is not None
             ]
         )
+        for new, revision_id in zip(missing, added, strict=True):
+            new.revision_id = revision_id
         uow.documents.set_current_revisions(
-            {f.document_id: r for f, r in zip(files, revisions, strict=True) if f.document_id}
+            {f.document_id: f.revision_id for f in missing if f.document_id and f.revision_id}
         )
         for new in files:
             if new.known_document is None and new.document_id is not None:
                 self._record_new_document(uow, batch, new, new.document_id)
             else:
                 self.counts.revisions_added += 1
-        return revisions
+        return [f.revision_id for f in files if f.revision_id is not None]
 
     def _record_new_document(
         self, uow: UnitOfWork, batch: _Batch, new: _NewFile, document_id: uuid.UUID
     ) -> None:
         if self.defaults:
             set_values(uow, document_id, self.defaults)
+        if self.one_statement:
+            return  # recorded with the document
         batch.provenance.append(
             NewImportedEntry(
                 parent_id=self._parent_id(new.entry),
