@@ -22,18 +22,21 @@ blob unreferenced: :func:`dms.blobs.release_blobs` without keys sweeps it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
-from dms import citus, jobs, tenancy
-from dms.blobs import StoredContents, claim_contents, write_contents
+from dms import jobs, tenancy
+from dms.blobs import StoredContents, claim_contents, write_ahead, write_contents
 from dms.config import Settings
-from dms.domain import NewDocument, NewFolder, NewRevision
+from dms.domain import NewFolder, NewRevision
 from dms.domain.model import ImportedEntry
 from dms.errors import ValidationError
 from dms.processing import define_processing_fields, verification_jobs
@@ -75,6 +78,14 @@ class _Item:
     entry: SourceEntry
     read: ReadFile | None = None
     error: str | None = None
+
+
+@dataclass(kw_only=True)
+class _Read:
+    """A batch of source entries, read, and the keys of the blobs written ahead for it."""
+
+    items: list[_Item]
+    written_ahead: frozenset[str] = frozenset()
 
 
 @dataclass(kw_only=True)
@@ -148,9 +159,6 @@ class _Importer:
         )
         self.counts, self.timings = self.report.counts, self.report.timings
         self.into_depth = 0
-        # Documents, revisions and provenance in one statement (ImportRepository.import_documents)
-        # everywhere but on Citus, which splits such a statement.
-        self.one_statement = True
         self.defaults: dict[uuid.UUID, object] = {}
         # Folder of the tree (relative path) -> its id, once created or found.
         self.folder_ids: dict[bytes, uuid.UUID] = {}
@@ -158,45 +166,55 @@ class _Importer:
         self.found: set[bytes] = set()
         self.skipped_folders: set[bytes] = set()
         self.siblings: dict[tuple[str, bytes | None], SiblingNames] = {}
+        self._blob_clock = threading.Lock()
         self.started = time.perf_counter()
 
     def run(self) -> ImportReport:
         self._prepare()
-        for batch in self._prefetched(self._batches(walk(self.root))):
-            try:
-                self._import(batch)
-            finally:
-                self._discard(batch)
-            if self.progress is not None:
-                self.progress(self._progress())
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="dms-import-reader") as reader,
+            ThreadPoolExecutor(1, thread_name_prefix="dms-import-ahead") as writer,
+        ):
+            # Three stages, each a batch ahead of the next: while batch k is written to the
+            # database, the blobs of batch k + 1 are written ahead and batch k + 2 is read.
+            # Reading and hashing, file system flushes and the server's work overlap.
+            read = _ahead(reader, self._batches(walk(self.root)), self._discard)
+            written = _ahead(writer, map(self._write_ahead, read), self._discard)
+            with closing(read), closing(written):
+                while (batch := self._next(written)) is not None:
+                    try:
+                        self._import(batch)
+                    finally:
+                        self._discard(batch)
+                    if self.progress is not None:
+                        self.progress(self._progress())
         self.timings.total = time.perf_counter() - self.started
         return self.report
 
-    def _prefetched(self, batches: Iterator[list[_Item]]) -> Iterator[list[_Item]]:
-        """The batches, each read by a thread of its own while the one before is written.
+    def _next(self, batches: Iterator[_Read]) -> _Read | None:
+        waited = time.perf_counter()
+        batch = next(batches, None)
+        self.timings.waiting_for_reads += time.perf_counter() - waited
+        return batch
 
-        Reading and hashing wait for the disk and the database statements for the server:
-        the two overlap.
-        """
-        with ThreadPoolExecutor(1, thread_name_prefix="dms-import-reader") as reader:
-            pending = reader.submit(next, batches, None)
-            try:
-                while True:
-                    waited = time.perf_counter()
-                    batch = pending.result()
-                    self.timings.waiting_for_reads += time.perf_counter() - waited
-                    if batch is None:
-                        return
-                    pending = reader.submit(next, batches, None)
-                    yield batch
-            finally:
-                # Stopped early (a batch failed): the batch read ahead is never imported.
-                unused = pending.result() if not pending.cancel() else None
-                self._discard(unused or [])
+    def _write_ahead(self, batch: _Read) -> _Read:
+        """Write the batch's blobs that are missing, before its transaction claims them."""
+        started = time.perf_counter()
+        contents = [item.read.content for item in batch.items if item.read is not None]
+        try:
+            batch.written_ahead = write_ahead(self.store, self.tenant, contents)
+        finally:
+            self._add_blob_time(time.perf_counter() - started)
+        return batch
 
-    def _discard(self, batch: list[_Item]) -> None:
+    def _add_blob_time(self, seconds: float) -> None:
+        # Two threads write blobs (ahead, and after the claim): += is not atomic.
+        with self._blob_clock:
+            self.timings.blob_writes += seconds
+
+    def _discard(self, batch: _Read) -> None:
         """Remove the staging files a batch still holds (the imported ones are gone already)."""
-        for item in batch:
+        for item in batch.items:
             if item.read is not None:
                 self.store.discard(item.read.content)
 
@@ -217,7 +235,6 @@ class _Importer:
     def _prepare(self) -> None:
         with self._unit() as uow:
             tenancy.get_tenant(uow.connection, self.tenant)
-            self.one_statement = not citus.is_citus(uow.connection)
             if self.into is not None:
                 self.into_depth = len(uow.folders.path(uow.folders.get(self.into).id))
             define_processing_fields(uow)
@@ -226,7 +243,7 @@ class _Importer:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _batches(self, entries: Iterable[SourceEntry]) -> Iterator[list[_Item]]:
+    def _batches(self, entries: Iterable[SourceEntry]) -> Iterator[_Read]:
         batch: list[_Item] = []
         files = held = 0
         for entry in entries:
@@ -236,10 +253,10 @@ class _Importer:
                 files += 1
                 held += len(item.read.content.data or b"") if item.read else 0
             if files >= self.batch_files or held >= BATCH_MEMORY_BYTES:
-                yield batch
+                yield _Read(items=batch)
                 batch, files, held = [], 0, 0
         if batch:
-            yield batch
+            yield _Read(items=batch)
 
     def _read(self, entry: SourceEntry) -> _Item:
         item = _Item(entry=entry)
@@ -256,8 +273,9 @@ class _Importer:
 
     # --- one batch, one transaction -------------------------------------------------------
 
-    def _import(self, items: list[_Item]) -> None:
+    def _import(self, read: _Read) -> None:
         started = time.perf_counter()
+        items = read.items
         with self._unit() as uow:
             known = self._known(uow, items)
             batch = _Batch()
@@ -268,7 +286,7 @@ class _Importer:
             # The files are written while the rows are written: both only have to be done
             # before the commit, which is when the revisions become visible.
             with ThreadPoolExecutor(1, thread_name_prefix="dms-import-blobs") as writer:
-                writing = writer.submit(self._write_blobs, keys, contents)
+                writing = writer.submit(self._write_blobs, keys, contents, read.written_ahead)
                 self._create_folders(uow, batch)
                 self._create_documents(uow, batch, keys)
                 revisions = self._add_revisions(uow, batch, keys)
@@ -285,12 +303,14 @@ class _Importer:
         self.timings.waiting_for_blobs += blob_wait
         self.timings.database += time.perf_counter() - started - blob_wait
 
-    def _write_blobs(self, keys: dict[str, str], contents: list[Content]) -> StoredContents:
+    def _write_blobs(
+        self, keys: dict[str, str], contents: list[Content], written_ahead: frozenset[str]
+    ) -> StoredContents:
         started = time.perf_counter()
         try:
-            return write_contents(self.store, keys, contents)
+            return write_contents(self.store, keys, contents, written_ahead=written_ahead)
         finally:
-            self.timings.blob_writes += time.perf_counter() - started
+            self._add_blob_time(time.perf_counter() - started)
 
     def _imports(self, uow: UnitOfWork) -> ImportRepository:
         return ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
@@ -552,10 +572,7 @@ class _Importer:
         return again
 
     def _create_documents(self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]) -> None:
-        """Name and create the documents of the batch's new files.
-
-        With :attr:`one_statement`, their revisions and provenance come with them.
-        """
+        """Name and create the documents of the batch's new files, with revisions and provenance."""
         pending: list[tuple[_NewFile, str]] = []
         kept: list[_NewFile] = []
         for new in batch.files:
@@ -583,35 +600,6 @@ class _Importer:
         keys: dict[str, str],
     ) -> list[tuple[_NewFile, str]]:
         """Create ``pending``; return those whose title was taken, renamed for another try."""
-        created = (
-            self._import_documents(uow, pending, keys)
-            if self.one_statement
-            else [
-                (document_id, None)
-                for document_id in uow.documents.add_many(
-                    [
-                        NewDocument(title=title, folder_id=self._parent_id(new.entry))
-                        for new, title in pending
-                    ]
-                )
-            ]
-        )
-        again: list[tuple[_NewFile, str]] = []
-        for (new, title), (document_id, revision_id) in zip(pending, created, strict=True):
-            if document_id is None:
-                name = self._rename_again(new.entry, _DOCUMENT, title)
-                if name is not None:
-                    again.append((new, name))
-                continue
-            new.document_id, new.revision_id = document_id, revision_id
-            kept.append(new)
-            self.counts.documents_created += 1
-        return again
-
-    def _import_documents(
-        self, uow: UnitOfWork, pending: list[tuple[_NewFile, str]], keys: dict[str, str]
-    ) -> list[tuple[uuid.UUID | None, uuid.UUID | None]]:
-        """Documents with their revisions and provenance, one statement; ids per input."""
         created = self._imports(uow).import_documents(
             [
                 NewImportedDocument(
@@ -627,58 +615,75 @@ class _Importer:
                 for new, title in pending
             ]
         )
-        return [(None, None) if c is None else (c.document_id, c.revision_id) for c in created]
+        again: list[tuple[_NewFile, str]] = []
+        for (new, title), imported in zip(pending, created, strict=True):
+            if imported is None:
+                name = self._rename_again(new.entry, _DOCUMENT, title)
+                if name is not None:
+                    again.append((new, name))
+                continue
+            new.document_id, new.revision_id = imported.document_id, imported.revision_id
+            kept.append(new)
+            self.counts.documents_created += 1
+            if self.defaults:
+                set_values(uow, imported.document_id, self.defaults)
+        return again
 
     def _add_revisions(
         self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]
     ) -> list[uuid.UUID]:
-        """Add the revisions not added yet, make them current, record provenance.
+        """Add the new revisions of known documents and make them current.
 
-        Return the revision ids of every file of the batch.
+        Return the revision ids of every file of the batch (new documents got theirs with
+        them, in :meth:`_insert_documents`).
         """
-        files = [f for f in batch.files if f.document_id is not None]
-        missing = [f for f in files if f.revision_id is None]
+        changed = [f for f in batch.files if f.known_document is not None]
         added = uow.revisions.add_many(
             [
                 NewRevision(
-                    document_id=f.document_id,
+                    document_id=f.known_document,
                     storage_key=keys[f.read.content.sha256],
                     sha256=f.read.content.sha256,
                     size_bytes=f.read.content.size_bytes,
                     mime_type=f.read.mime_type,
                 )
-                for f in missing
-                if f.document_id is not None
+                for f in changed
+                if f.known_document is not None
             ]
         )
-        for new, revision_id in zip(missing, added, strict=True):
+        for new, revision_id in zip(changed, added, strict=True):
             new.revision_id = revision_id
         uow.documents.set_current_revisions(
-            {f.document_id: f.revision_id for f in missing if f.document_id and f.revision_id}
+            {f.known_document: r for f, r in zip(changed, added, strict=True) if f.known_document}
         )
-        for new in files:
-            if new.known_document is None and new.document_id is not None:
-                self._record_new_document(uow, batch, new, new.document_id)
-            else:
-                self.counts.revisions_added += 1
-        return [f.revision_id for f in files if f.revision_id is not None]
+        self.counts.revisions_added += len(added)
+        return [f.revision_id for f in batch.files if f.revision_id is not None]
 
-    def _record_new_document(
-        self, uow: UnitOfWork, batch: _Batch, new: _NewFile, document_id: uuid.UUID
-    ) -> None:
-        if self.defaults:
-            set_values(uow, document_id, self.defaults)
-        if self.one_statement:
-            return  # recorded with the document
-        batch.provenance.append(
-            NewImportedEntry(
-                parent_id=self._parent_id(new.entry),
-                source_name=new.entry.name,
-                source_path=new.entry.path,
-                document_id=document_id,
-                sha256=new.read.content.sha256,
-            )
-        )
+
+_T = TypeVar("_T")
+
+
+def _ahead(
+    pool: ThreadPoolExecutor, items: Iterator[_T], unused: Callable[[_T], None]
+) -> Generator[_T]:
+    """``items``, the next one always being made by ``pool`` while the caller has this one.
+
+    Stopped early (a batch failed), the item made ahead is never used: ``unused`` gets it.
+    """
+    pending = pool.submit(next, items, None)
+    try:
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
+    finally:
+        leftover = None
+        if not pending.cancel():
+            try:
+                leftover = pending.result()
+            except Exception:
+                leftover = None  # the error that stopped the import is the one to report
+        if leftover is not None:
+            unused(leftover)
 
 
 def _max_chars(kind: str) -> int:

@@ -19,7 +19,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dms.domain import ImportedEntry
+from dms import citus
+from dms.domain import ImportedEntry, NewDocument, NewRevision
 from dms.domain.validation import check_name
 from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
@@ -123,15 +124,17 @@ class ImportRepository(Repository):
         must be live, else :class:`~dms.errors.NotFound` and nothing is written. No savepoint:
         if the database refuses the statement, roll the unit of work back.
 
-        Plain PostgreSQL only. A document and its first revision reference each other
-        (``fk_documents_current_revision``, not deferrable), so they must be inserted by one
-        statement; Citus runs each part of a data-modifying ``WITH`` as a statement of its
-        own, and there the import uses :meth:`.DocumentRepository.add_many`,
-        :meth:`.RevisionRepository.add_many`, ``set_current_revisions`` and :meth:`record`.
+        On Citus, five statements with the same outcome: a document and its first revision
+        reference each other (``fk_documents_current_revision``, not deferrable), so one
+        statement must insert both, and Citus runs each part of a data-modifying ``WITH`` as a
+        statement of its own. There the documents are inserted, then the revisions, then the
+        documents are pointed at them (an ``UPDATE``), and the provenance recorded.
         """
         rows = [_import_row(entry) for entry in entries]
         if not rows:
             return []
+        if citus.is_citus(self._conn):
+            return self._import_step_by_step(entries, rows)
         in_folders = {entry.folder_id for entry in entries}
         with translated(self._conn, f"{len(rows)} imported documents", savepoint=False):
             created = self._execute(
@@ -155,6 +158,52 @@ class ImportRepository(Repository):
                 else ImportedDocument(document_id=document_id, revision_id=row["revision_id"])
             )
         return results
+
+    def _import_step_by_step(
+        self, entries: Sequence[NewImportedDocument], rows: list[dict[str, Any]]
+    ) -> list[ImportedDocument | None]:
+        """:meth:`import_documents` for Citus, a statement per step (see there)."""
+        documents_of = documents.DocumentRepository(
+            self._conn, tenant=self._tenant, user_id=self._user_id
+        )
+        created = documents_of.add_many(
+            [NewDocument(title=e.title, folder_id=e.folder_id) for e in entries]
+        )
+        made = [(e, row, d) for e, row, d in zip(entries, rows, created, strict=True) if d]
+        revision_ids = revisions.RevisionRepository(
+            self._conn, tenant=self._tenant, user_id=self._user_id
+        ).add_many(
+            [
+                NewRevision(
+                    document_id=document_id,
+                    storage_key=row["storage_key"],
+                    sha256=row["sha256"],
+                    size_bytes=row["size_bytes"],
+                    mime_type=row["mime_type"],
+                )
+                for _, row, document_id in made
+            ]
+        )
+        documents_of.set_current_revisions(
+            {d: r for (_, _, d), r in zip(made, revision_ids, strict=True)}
+        )
+        self.record(
+            [
+                NewImportedEntry(
+                    parent_id=e.folder_id,
+                    source_name=e.source_name,
+                    source_path=e.source_path,
+                    document_id=d,
+                    sha256=e.sha256,
+                )
+                for e, _, d in made
+            ]
+        )
+        by_document = {d: r for (_, _, d), r in zip(made, revision_ids, strict=True)}
+        return [
+            None if d is None else ImportedDocument(document_id=d, revision_id=by_document[d])
+            for d in created
+        ]
 
     def _require_live_folders(self, folder_ids: set[uuid.UUID | None]) -> None:
         wanted = sorted(i for i in folder_ids if i is not None)
