@@ -468,8 +468,9 @@ def insert_new(columns: Sequence[str], rows: sa.Select[Any]) -> Insert:
     """Return: insert ``rows`` (values of ``columns``) as live documents, none with a taken title.
 
     A row whose title a live document of its folder has (ignoring case), or an earlier row
-    of the same statement took, is skipped (``ON CONFLICT DO NOTHING``). For bulk inserts;
-    add ``RETURNING`` to learn which rows went in.
+    of the same statement took, is skipped (``ON CONFLICT DO NOTHING``). For bulk inserts: it
+    returns the ``id``, ``folder_id``, ``title`` and ``current_revision_id`` of the rows that
+    went in.
     """
     return (
         insert(_d)
@@ -478,6 +479,7 @@ def insert_new(columns: Sequence[str], rows: sa.Select[Any]) -> Insert:
             index_elements=[_d.c.folder_id, sa.func.lower(_d.c.title)],
             index_where=_d.c.deleted_at.is_(None),
         )
+        .returning(_d.c.id, _d.c.folder_id, _d.c.title, _d.c.current_revision_id)
     )
 
 
@@ -487,9 +489,7 @@ def _add_many_statement() -> sa.Executable:
     rows = sa.select(
         batch.c.title, batch.c.folder_id, sa.bindparam("created_by", type_=sa.Uuid())
     ).where(folders.all_live_locked())
-    return insert_new(["title", "folder_id", "created_by"], rows).returning(
-        _d.c.id, _d.c.folder_id, _d.c.title
-    )
+    return insert_new(["title", "folder_id", "created_by"], rows)
 
 
 @functools.cache

@@ -316,21 +316,16 @@ def _import_documents_statement() -> sa.Executable:
     )
     entries = sa.select(batch).cte("entries")
     actor = sa.bindparam("actor", type_=sa.Uuid())
-    _d = t.documents
-    created = (
-        documents.insert_new(
-            ["title", "folder_id", "created_by", "current_revision_id", "version"],
-            sa.select(
-                entries.c.title,
-                entries.c.folder_id,
-                actor,
-                entries.c.revision_id,
-                sa.literal(2, sa.Integer()),
-            ).where(folders.all_live_locked()),
-        )
-        .returning(_d.c.id, _d.c.folder_id, _d.c.current_revision_id)
-        .cte("created")
-    )
+    created = documents.insert_new(
+        ["title", "folder_id", "created_by", "current_revision_id", "version"],
+        sa.select(
+            entries.c.title,
+            entries.c.folder_id,
+            actor,
+            entries.c.revision_id,
+            sa.literal(2, sa.Integer()),
+        ).where(folders.all_live_locked()),
+    ).cte("created")
     joined = created.join(entries, entries.c.revision_id == created.c.current_revision_id)
     revised = revisions.insert_from(
         ["id", "document_id", "storage_key", "sha256", "size_bytes", "mime_type", "uploaded_by"],
