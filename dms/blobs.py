@@ -16,13 +16,18 @@ from being deleted while a transaction starts to reference it:
   statement whose snapshot sees that writer's revisions, delete the rows that no revision
   references, delete their files, and commit.
 
+A writer may also write files **ahead** (:func:`write_ahead`), before its claim, so that
+writing them overlaps other work: nothing protects such a file until the claim, so the check
+after the claim is what counts, and it writes again a file that a release deleted meanwhile.
+
 The race this closes: a release that checked "no revision uses this blob" just before an
 import of the same bytes added one, and deleted the file under it. Here the import holds the
 row from before its file check until its commit, and the release checks only once it holds
 the row. If a release dies after deleting a file but before its commit, its row survives with
 no file and no reference; the next writer of those bytes finds the file missing and writes it.
-A writer that dies after writing a file but before committing leaves a file without a row:
-storage that nothing references, never a reference to nothing.
+A writer that dies after writing a file but before committing, or that wrote files ahead for
+entries it then did not import, leaves files without a row: storage that nothing references,
+never a reference to nothing.
 
 Only writers that go through :func:`store_contents` take part: a revision added with
 :func:`dms.services.add_revision` under a content-addressed key that it did not claim is not
@@ -33,7 +38,7 @@ and never released here.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -87,10 +92,32 @@ def claim_contents(uow: UnitOfWork, contents: Sequence[Content]) -> dict[str, st
     return keys
 
 
+def write_ahead(store: LocalBlobStore, tenant: str, contents: Sequence[Content]) -> frozenset[str]:
+    """Write the files of in-memory ``contents`` that are missing, before any claim.
+
+    Return the keys written. Only a head start: until the claim, a release may delete such a
+    file again, and :func:`write_contents` after the claim is what makes sure it is there.
+    Staged contents are left to that call (writing one moves its staging file away).
+    """
+    unique = {c.sha256: c for c in contents if c.data is not None}
+    keys = {sha256: content_key(tenant, sha256) for sha256 in unique}
+    missing = [(keys[s], c) for s, c in unique.items() if not store.exists(keys[s])]
+    store.put_many(missing)
+    return frozenset(key for key, _ in missing)
+
+
 def write_contents(
-    store: LocalBlobStore, keys: dict[str, str], contents: Sequence[Content]
+    store: LocalBlobStore,
+    keys: dict[str, str],
+    contents: Sequence[Content],
+    *,
+    written_ahead: Collection[str] = frozenset(),
 ) -> StoredContents:
-    """Write the claimed contents whose files are missing (after :func:`claim_contents`)."""
+    """Write the claimed contents whose files are missing (after :func:`claim_contents`).
+
+    ``written_ahead``: keys that :func:`write_ahead` wrote for this writer, counted as written
+    (not as already stored) when their files are still there.
+    """
     unique: dict[str, Content] = {}
     for content in contents:
         if content.sha256 in unique:
@@ -98,14 +125,18 @@ def write_contents(
         else:
             unique[content.sha256] = content
     missing: list[tuple[str, Content]] = []
+    ahead = 0
     for sha256, content in unique.items():
         if store.exists(keys[sha256]):
             store.discard(content)
+            ahead += keys[sha256] in written_ahead
         else:
             missing.append((keys[sha256], content))
     store.put_many(missing)
     return StoredContents(
-        keys=keys, written=len(missing), already_stored=len(unique) - len(missing)
+        keys=keys,
+        written=len(missing) + ahead,
+        already_stored=len(unique) - len(missing) - ahead,
     )
 
 

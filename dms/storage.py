@@ -104,6 +104,12 @@ def segment_path(segment: str) -> str:
     A name that would exceed :data:`MAX_SEGMENT_BYTES` keeps a readable start and ends in
     ``%~`` and the SHA-256 of the segment: ``%`` is never followed by ``~`` otherwise.
     """
+    if (
+        len(segment) <= MAX_SEGMENT_BYTES
+        and _VERBATIM.issuperset(segment)  # ASCII only: as many bytes as characters
+        and not segment.startswith(".")
+    ):
+        return segment  # the common case (every content-addressed key), without a loop
     pieces = [_mapped_char(char, index) for index, char in enumerate(segment)]
     mapped = "".join(pieces)
     if len(mapped.encode()) <= MAX_SEGMENT_BYTES:

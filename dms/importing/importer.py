@@ -1,11 +1,17 @@
 """Importing a file tree into a tenant, in batches that each commit whole.
 
 Folders are mirrored as folders, files become documents with a first revision. The tree is
-read in batches of files; each batch is one transaction that claims and writes the blobs
-(content-addressed, :mod:`dms.blobs`), creates the folders level by level and the documents,
-revisions and provenance rows with one statement per table, enqueues the verification jobs
-(one per revision, idempotent) and commits. An interrupted import therefore leaves whole
-batches behind: every document with its revision, its blob and its job, or nothing.
+read in batches of files; each batch is one transaction that claims its blobs
+(content-addressed, :mod:`dms.blobs`) and makes sure their files are there, creates the
+folders level by level (a statement per level), the documents with their revisions and
+provenance (one statement, :meth:`~dms.repositories.imports.ImportRepository.import_documents`),
+enqueues the verification jobs (one per revision, idempotent, one statement) and commits:
+about six round trips for 500 files. An interrupted import therefore leaves whole batches
+behind: every document with its revision, its blob and its job, or nothing.
+
+Three threads work a batch apart: while one batch is in the database, the missing blobs of
+the next are written ahead of its transaction (:func:`dms.blobs.write_ahead`) and the batch
+after that is read and hashed.
 
 Re-running the same import resumes it: each entry is looked up in the import provenance by
 the folder it goes into and its source name (bytes). A folder found there is reused; a file
@@ -16,30 +22,36 @@ Within a transaction the blobs are claimed first, before any folder is created: 
 inserts take the tenant's folder-tree lock (trigger ``folders_guard``), and two imports that
 took it and blob locks in opposite orders could wait for each other. A file left out after its
 blob was claimed (its name taken by a concurrent writer, with ``--names refuse``) leaves that
-blob unreferenced: :func:`dms.blobs.release_blobs` without keys sweeps it.
+blob unreferenced: :func:`dms.blobs.release_blobs` without keys sweeps it. Files written ahead
+for entries that are then not imported (skipped, or an import stopped early) are files
+without a row, as after a crash: nothing references them, and a later import of the same
+bytes finds them there.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
 from dms import jobs, tenancy
-from dms.blobs import StoredContents, claim_contents, write_contents
+from dms.blobs import StoredContents, claim_contents, write_ahead, write_contents
 from dms.config import Settings
-from dms.domain import NewDocument, NewFolder, NewRevision
+from dms.domain import NewFolder, NewRevision
 from dms.domain.model import ImportedEntry
 from dms.errors import ValidationError
 from dms.processing import define_processing_fields, verification_jobs
 from dms.repositories.documents import TITLE_MAX_CHARS
 from dms.repositories.folders import NAME_MAX_CHARS
-from dms.repositories.imports import ImportRepository, NewImportedEntry
+from dms.repositories.imports import ImportRepository, NewImportedDocument, NewImportedEntry
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.services import set_values
 from dms.storage import Content, LocalBlobStore
@@ -78,6 +90,14 @@ class _Item:
 
 
 @dataclass(kw_only=True)
+class _Read:
+    """A batch of source entries, read, and the keys of the blobs written ahead for it."""
+
+    items: list[_Item]
+    written_ahead: frozenset[str] = frozenset()
+
+
+@dataclass(kw_only=True)
 class _NewFolder:
     entry: SourceEntry
     name: str
@@ -91,6 +111,8 @@ class _NewFile:
     known_document: uuid.UUID | None = None
     #: The document that gets the revision: the known one, or the one created for it.
     document_id: uuid.UUID | None = None
+    #: The revision of the file, once added.
+    revision_id: uuid.UUID | None = None
 
 
 @dataclass(kw_only=True)
@@ -153,45 +175,55 @@ class _Importer:
         self.found: set[bytes] = set()
         self.skipped_folders: set[bytes] = set()
         self.siblings: dict[tuple[str, bytes | None], SiblingNames] = {}
+        self._blob_clock = threading.Lock()
         self.started = time.perf_counter()
 
     def run(self) -> ImportReport:
         self._prepare()
-        for batch in self._prefetched(self._batches(walk(self.root))):
-            try:
-                self._import(batch)
-            finally:
-                self._discard(batch)
-            if self.progress is not None:
-                self.progress(self._progress())
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="dms-import-reader") as reader,
+            ThreadPoolExecutor(1, thread_name_prefix="dms-import-ahead") as writer,
+        ):
+            # Three stages, each a batch ahead of the next: while batch k is written to the
+            # database, the blobs of batch k + 1 are written ahead and batch k + 2 is read.
+            # Reading and hashing, file system flushes and the server's work overlap.
+            read = _ahead(reader, self._batches(walk(self.root)), self._discard)
+            written = _ahead(writer, map(self._write_ahead, read), self._discard)
+            with closing(read), closing(written):
+                while (batch := self._next(written)) is not None:
+                    try:
+                        self._import(batch)
+                    finally:
+                        self._discard(batch)
+                    if self.progress is not None:
+                        self.progress(self._progress())
         self.timings.total = time.perf_counter() - self.started
         return self.report
 
-    def _prefetched(self, batches: Iterator[list[_Item]]) -> Iterator[list[_Item]]:
-        """The batches, each read by a thread of its own while the one before is written.
+    def _next(self, batches: Iterator[_Read]) -> _Read | None:
+        waited = time.perf_counter()
+        batch = next(batches, None)
+        self.timings.waiting_for_reads += time.perf_counter() - waited
+        return batch
 
-        Reading and hashing wait for the disk and the database statements for the server:
-        the two overlap.
-        """
-        with ThreadPoolExecutor(1, thread_name_prefix="dms-import-reader") as reader:
-            pending = reader.submit(next, batches, None)
-            try:
-                while True:
-                    waited = time.perf_counter()
-                    batch = pending.result()
-                    self.timings.waiting_for_reads += time.perf_counter() - waited
-                    if batch is None:
-                        return
-                    pending = reader.submit(next, batches, None)
-                    yield batch
-            finally:
-                # Stopped early (a batch failed): the batch read ahead is never imported.
-                unused = pending.result() if not pending.cancel() else None
-                self._discard(unused or [])
+    def _write_ahead(self, batch: _Read) -> _Read:
+        """Write the batch's blobs that are missing, before its transaction claims them."""
+        started = time.perf_counter()
+        contents = [item.read.content for item in batch.items if item.read is not None]
+        try:
+            batch.written_ahead = write_ahead(self.store, self.tenant, contents)
+        finally:
+            self._add_blob_time(time.perf_counter() - started)
+        return batch
 
-    def _discard(self, batch: list[_Item]) -> None:
+    def _add_blob_time(self, seconds: float) -> None:
+        # Two threads write blobs (ahead, and after the claim): += is not atomic.
+        with self._blob_clock:
+            self.timings.blob_writes += seconds
+
+    def _discard(self, batch: _Read) -> None:
         """Remove the staging files a batch still holds (the imported ones are gone already)."""
-        for item in batch:
+        for item in batch.items:
             if item.read is not None:
                 self.store.discard(item.read.content)
 
@@ -220,7 +252,7 @@ class _Importer:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _batches(self, entries: Iterable[SourceEntry]) -> Iterator[list[_Item]]:
+    def _batches(self, entries: Iterable[SourceEntry]) -> Iterator[_Read]:
         batch: list[_Item] = []
         files = held = 0
         for entry in entries:
@@ -230,10 +262,10 @@ class _Importer:
                 files += 1
                 held += len(item.read.content.data or b"") if item.read else 0
             if files >= self.batch_files or held >= BATCH_MEMORY_BYTES:
-                yield batch
+                yield _Read(items=batch)
                 batch, files, held = [], 0, 0
         if batch:
-            yield batch
+            yield _Read(items=batch)
 
     def _read(self, entry: SourceEntry) -> _Item:
         item = _Item(entry=entry)
@@ -250,8 +282,9 @@ class _Importer:
 
     # --- one batch, one transaction -------------------------------------------------------
 
-    def _import(self, items: list[_Item]) -> None:
+    def _import(self, read: _Read) -> None:
         started = time.perf_counter()
+        items = read.items
         with self._unit() as uow:
             known = self._known(uow, items)
             batch = _Batch()
@@ -262,9 +295,9 @@ class _Importer:
             # The files are written while the rows are written: both only have to be done
             # before the commit, which is when the revisions become visible.
             with ThreadPoolExecutor(1, thread_name_prefix="dms-import-blobs") as writer:
-                writing = writer.submit(self._write_blobs, keys, contents)
+                writing = writer.submit(self._write_blobs, keys, contents, read.written_ahead)
                 self._create_folders(uow, batch)
-                self._create_documents(uow, batch)
+                self._create_documents(uow, batch, keys)
                 revisions = self._add_revisions(uow, batch, keys)
                 self._record(uow, batch)
                 enqueued = jobs.enqueue_many(uow, verification_jobs(self.tenant, revisions))
@@ -279,15 +312,20 @@ class _Importer:
         self.timings.waiting_for_blobs += blob_wait
         self.timings.database += time.perf_counter() - started - blob_wait
 
-    def _write_blobs(self, keys: dict[str, str], contents: list[Content]) -> StoredContents:
+    def _write_blobs(
+        self, keys: dict[str, str], contents: list[Content], written_ahead: frozenset[str]
+    ) -> StoredContents:
         started = time.perf_counter()
         try:
-            return write_contents(self.store, keys, contents)
+            return write_contents(self.store, keys, contents, written_ahead=written_ahead)
         finally:
-            self.timings.blob_writes += time.perf_counter() - started
+            self._add_blob_time(time.perf_counter() - started)
+
+    def _imports(self, uow: UnitOfWork) -> ImportRepository:
+        return ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
 
     def _record(self, uow: UnitOfWork, batch: _Batch) -> None:
-        imports = ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
+        imports = self._imports(uow)
         imports.record(batch.provenance)
         imports.record_content(
             {f.known_document: f.read.content.sha256 for f in batch.files if f.known_document}
@@ -542,8 +580,8 @@ class _Importer:
             self.counts.folders_created += 1
         return again
 
-    def _create_documents(self, uow: UnitOfWork, batch: _Batch) -> None:
-        """Name and create the documents of the batch's new files."""
+    def _create_documents(self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]) -> None:
+        """Name and create the documents of the batch's new files, with revisions and provenance."""
         pending: list[tuple[_NewFile, str]] = []
         kept: list[_NewFile] = []
         for new in batch.files:
@@ -558,74 +596,103 @@ class _Importer:
         for _ in range(NAME_ATTEMPTS):
             if not pending:
                 break
-            pending = self._insert_documents(uow, pending, kept)
+            pending = self._insert_documents(uow, pending, kept, keys)
         for new, _title in pending:
             self._skip(new.entry, SkipReason.NAME_TAKEN, "no free name found")
         batch.files = kept
 
     def _insert_documents(
-        self, uow: UnitOfWork, pending: list[tuple[_NewFile, str]], kept: list[_NewFile]
+        self,
+        uow: UnitOfWork,
+        pending: list[tuple[_NewFile, str]],
+        kept: list[_NewFile],
+        keys: dict[str, str],
     ) -> list[tuple[_NewFile, str]]:
-        created = uow.documents.add_many(
+        """Create ``pending``; return those whose title was taken, renamed for another try."""
+        created = self._imports(uow).import_documents(
             [
-                NewDocument(title=title, folder_id=self._parent_id(new.entry))
+                NewImportedDocument(
+                    title=title,
+                    folder_id=self._parent_id(new.entry),
+                    source_name=new.entry.name,
+                    source_path=new.entry.path,
+                    storage_key=keys[new.read.content.sha256],
+                    sha256=new.read.content.sha256,
+                    size_bytes=new.read.content.size_bytes,
+                    mime_type=new.read.mime_type,
+                )
                 for new, title in pending
             ]
         )
         again: list[tuple[_NewFile, str]] = []
-        for (new, title), document_id in zip(pending, created, strict=True):
-            if document_id is None:
+        for (new, title), imported in zip(pending, created, strict=True):
+            if imported is None:
                 name = self._rename_again(new.entry, _DOCUMENT, title)
                 if name is not None:
                     again.append((new, name))
                 continue
-            new.document_id = document_id
+            new.document_id, new.revision_id = imported.document_id, imported.revision_id
             kept.append(new)
             self.counts.documents_created += 1
+            if self.defaults:
+                set_values(uow, imported.document_id, self.defaults)
         return again
 
     def _add_revisions(
         self, uow: UnitOfWork, batch: _Batch, keys: dict[str, str]
     ) -> list[uuid.UUID]:
-        """Add each file's revision, make it current, record provenance; return revision ids."""
-        files = [f for f in batch.files if f.document_id is not None]
-        revisions = uow.revisions.add_many(
+        """Add the new revisions of known documents and make them current.
+
+        Return the revision ids of every file of the batch (new documents got theirs with
+        them, in :meth:`_insert_documents`).
+        """
+        changed = [f for f in batch.files if f.known_document is not None]
+        added = uow.revisions.add_many(
             [
                 NewRevision(
-                    document_id=f.document_id,
+                    document_id=f.known_document,
                     storage_key=keys[f.read.content.sha256],
                     sha256=f.read.content.sha256,
                     size_bytes=f.read.content.size_bytes,
                     mime_type=f.read.mime_type,
                 )
-                for f in files
-                if f.document_id is not None
+                for f in changed
+                if f.known_document is not None
             ]
         )
+        for new, revision_id in zip(changed, added, strict=True):
+            new.revision_id = revision_id
         uow.documents.set_current_revisions(
-            {f.document_id: r for f, r in zip(files, revisions, strict=True) if f.document_id}
+            {f.known_document: r for f, r in zip(changed, added, strict=True) if f.known_document}
         )
-        for new in files:
-            if new.known_document is None and new.document_id is not None:
-                self._record_new_document(uow, batch, new, new.document_id)
-            else:
-                self.counts.revisions_added += 1
-        return revisions
+        self.counts.revisions_added += len(added)
+        return [f.revision_id for f in batch.files if f.revision_id is not None]
 
-    def _record_new_document(
-        self, uow: UnitOfWork, batch: _Batch, new: _NewFile, document_id: uuid.UUID
-    ) -> None:
-        if self.defaults:
-            set_values(uow, document_id, self.defaults)
-        batch.provenance.append(
-            NewImportedEntry(
-                parent_id=self._parent_id(new.entry),
-                source_name=new.entry.name,
-                source_path=new.entry.path,
-                document_id=document_id,
-                sha256=new.read.content.sha256,
-            )
-        )
+
+_T = TypeVar("_T")
+
+
+def _ahead(
+    pool: ThreadPoolExecutor, items: Iterator[_T], unused: Callable[[_T], None]
+) -> Generator[_T]:
+    """``items``, the next one always being made by ``pool`` while the caller has this one.
+
+    Stopped early (a batch failed), the item made ahead is never used: ``unused`` gets it.
+    """
+    pending = pool.submit(next, items, None)
+    try:
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
+    finally:
+        leftover = None
+        if not pending.cancel():
+            try:
+                leftover = pending.result()
+            except Exception:
+                leftover = None  # the error that stopped the import is the one to report
+        if leftover is not None:
+            unused(leftover)
 
 
 def _max_chars(kind: str) -> int:

@@ -76,11 +76,15 @@ class Counts:
 class Timings:
     """Seconds spent, by kind of work (wall clock).
 
-    Three threads overlap: one reads and hashes the next batch (``reading_and_hashing``, with
-    walking the tree), one writes the blobs of the current batch (``blob_writes``) while the
-    import runs its database statements (``database``). ``waiting_for_reads`` and
-    ``waiting_for_blobs`` are what the import still waited for them: ``database`` and the two
-    waits make ``total``, but for the first preparations.
+    The work overlaps, a batch apart: while the import runs the database statements of one
+    batch (``database``), one thread writes the missing blobs of the next batch ahead of its
+    transaction and another reads and hashes the batch after that (``reading_and_hashing``,
+    with walking the tree). ``blob_writes`` is the blob writing ahead plus, within each batch's
+    transaction, the check that its blobs are there once claimed (writing any a release
+    deleted meanwhile, and large staged files). ``waiting_for_reads`` is what the import
+    waited for its next batch (read, blobs written ahead), ``waiting_for_blobs`` what it waited
+    for the check: ``database`` and the two waits make ``total``, but for the first
+    preparations.
     """
 
     reading_and_hashing: float = 0.0

@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Row
+from sqlalchemy.sql.dml import Insert
 
 from dms.domain import Cursor, Document, DocumentQuery, MetadataField, NewDocument, Page
 from dms.domain.search import check_cursor, check_page_size, check_query
@@ -347,16 +348,23 @@ class DocumentRepository(Repository):
         """
         for document in documents:
             check_name("document", document.title, max_chars=TITLE_MAX_CHARS)
-        self._lock_live_folders({d.folder_id for d in documents})
         if not documents:
             return []
+        in_folders = {d.folder_id for d in documents}
         rows = [{"title": d.title, "folder_id": d.folder_id} for d in documents]
         with translated(self._conn, f"{len(documents)} documents", savepoint=False):
             created = self._execute(
                 _add_many_statement(),
-                {"documents": _recordset.encode(rows), "created_by": self._actor()},
+                {
+                    "documents": _recordset.encode(rows),
+                    "created_by": self._actor(),
+                    **folders.folder_parameters(in_folders),
+                },
             )
             by_key = {(row.folder_id, row.title): row.id for row in created}
+        if not by_key:
+            # Every title was taken, or a folder is missing (then nothing was inserted at all).
+            self._lock_live_folders(in_folders)
         return [by_key.pop((d.folder_id, d.title), None) for d in documents]
 
     def set_current_revisions(self, current: Mapping[uuid.UUID, uuid.UUID]) -> None:
@@ -456,19 +464,32 @@ def _page(rows: list[Any], limit: int) -> Page[Document]:
     return Page(items=items, next_cursor=Cursor(title_key=last.title_key, id=last.id))
 
 
-@functools.cache
-def _add_many_statement() -> sa.Executable:
-    batch = _recordset.recordset("documents", [("title", sa.Text()), ("folder_id", sa.Uuid())])
-    rows = sa.select(batch.c.title, batch.c.folder_id, sa.bindparam("created_by", type_=sa.Uuid()))
+def insert_new(columns: Sequence[str], rows: sa.Select[Any]) -> Insert:
+    """Return: insert ``rows`` (values of ``columns``) as live documents, none with a taken title.
+
+    A row whose title a live document of its folder has (ignoring case), or an earlier row
+    of the same statement took, is skipped (``ON CONFLICT DO NOTHING``). For bulk inserts: it
+    returns the ``id``, ``folder_id``, ``title`` and ``current_revision_id`` of the rows that
+    went in.
+    """
     return (
         insert(_d)
-        .from_select(["title", "folder_id", "created_by"], rows)
+        .from_select(list(columns), rows)
         .on_conflict_do_nothing(
             index_elements=[_d.c.folder_id, sa.func.lower(_d.c.title)],
             index_where=_d.c.deleted_at.is_(None),
         )
-        .returning(_d.c.id, _d.c.folder_id, _d.c.title)
+        .returning(_d.c.id, _d.c.folder_id, _d.c.title, _d.c.current_revision_id)
     )
+
+
+@functools.cache
+def _add_many_statement() -> sa.Executable:
+    batch = _recordset.recordset("documents", [("title", sa.Text()), ("folder_id", sa.Uuid())])
+    rows = sa.select(
+        batch.c.title, batch.c.folder_id, sa.bindparam("created_by", type_=sa.Uuid())
+    ).where(folders.all_live_locked())
+    return insert_new(["title", "folder_id", "created_by"], rows)
 
 
 @functools.cache

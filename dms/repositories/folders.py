@@ -3,7 +3,8 @@
 The database refuses cycles and trees deeper than :data:`~dms.schema.tenant.MAX_FOLDER_DEPTH`
 (trigger ``folders_guard``); this module turns its refusals into clear errors. Other modules
 that need a condition on folders (a document's live folder, a search below a folder) take it
-from :func:`lock_live`, :func:`lock_live_many`, :func:`is_trashed` and :func:`subtree_ids`.
+from :func:`lock_live`, :func:`lock_live_many`, :func:`all_live_locked`, :func:`is_trashed`
+and :func:`subtree_ids`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Row
 
 from dms.domain import Folder, NewFolder
@@ -62,6 +63,33 @@ def lock_live_many(folder_ids: Sequence[uuid.UUID]) -> sa.Select[tuple[uuid.UUID
         .order_by(_f.c.id)
         .with_for_update(read=True)
     )
+
+
+def all_live_locked() -> sa.ColumnElement[bool]:
+    """Return: the folders ``:folder_ids`` (``:folder_count`` distinct ids) are all live.
+
+    For a bulk insert into those folders, in its ``WHERE``: an uncorrelated subquery, evaluated
+    once before the first row, that locks the folders as :func:`lock_live_many` does (in id
+    order, against their deletion). If one of them is missing or deleted, the statement
+    inserts nothing; the caller tells that apart from "every name was taken" with
+    :func:`lock_live_many`, which it needs only when nothing came back. No ids: true.
+    """
+    ids = sa.bindparam("folder_ids", type_=ARRAY(sa.Uuid()))
+    locked = (
+        sa.select(_f.c.id)
+        .where(_f.c.id == sa.any_(ids), _f.c.deleted_at.is_(None))
+        .order_by(_f.c.id)
+        .with_for_update(read=True)
+        .subquery("locked_folders")
+    )
+    found = sa.select(sa.func.count()).select_from(locked).scalar_subquery()
+    return found == sa.bindparam("folder_count", type_=sa.Integer())
+
+
+def folder_parameters(folder_ids: set[uuid.UUID | None]) -> dict[str, object]:
+    """The parameters of :func:`all_live_locked` for ``folder_ids`` (``None``: no folder)."""
+    wanted = sorted(i for i in folder_ids if i is not None)
+    return {"folder_ids": wanted, "folder_count": len(wanted)}
 
 
 def is_trashed(folder_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
@@ -248,21 +276,29 @@ class FolderRepository(Repository):
         live sibling already has the name (ignoring case), or an earlier folder of the same call
         took it: nothing is created for it and the others go on. Parents must exist before the
         call (create a tree level by level), live, or :class:`NotFound` is raised and nothing is
-        created. No savepoint: if the database refuses the statement, roll the unit of work
-        back.
+        created; they are locked against their deletion by the insert itself
+        (:func:`all_live_locked`), one round trip in all. No savepoint: if the database refuses
+        the statement, roll the unit of work back.
         """
         for folder in folders:
             check_name("folder", folder.name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
-        self._require_all_live({f.parent_id for f in folders} - {None})
         if not folders:
             return []
+        parents = {f.parent_id for f in folders}
         rows = [{"name": f.name, "parent_id": f.parent_id} for f in folders]
         with translated(self._conn, f"{len(folders)} folders", savepoint=False):
             created = self._execute(
                 _add_many_statement(),
-                {"folders": _recordset.encode(rows), "created_by": self._actor()},
+                {
+                    "folders": _recordset.encode(rows),
+                    "created_by": self._actor(),
+                    **folder_parameters(parents),
+                },
             )
             by_key = {(row.parent_id, row.name): row.id for row in created}
+        if not by_key:
+            # Every name was taken, or a parent is missing (then nothing was inserted at all).
+            self._require_all_live(parents)
         return [by_key.pop((f.parent_id, f.name), None) for f in folders]
 
     def _require_all_live(self, folder_ids: set[uuid.UUID | None]) -> None:
@@ -316,7 +352,9 @@ def _parents_first(folders: list[Folder], root_id: uuid.UUID) -> list[Folder]:
 @functools.cache
 def _add_many_statement() -> sa.Executable:
     batch = _recordset.recordset("folders", [("name", sa.Text()), ("parent_id", sa.Uuid())])
-    rows = sa.select(batch.c.name, batch.c.parent_id, sa.bindparam("created_by", type_=sa.Uuid()))
+    rows = sa.select(
+        batch.c.name, batch.c.parent_id, sa.bindparam("created_by", type_=sa.Uuid())
+    ).where(all_live_locked())
     return (
         insert(_f)
         .from_select(["name", "parent_id", "created_by"], rows)

@@ -154,20 +154,43 @@ class RevisionRepository(Repository):
 
 
 def _checked(revision: NewRevision) -> dict[str, object]:
-    mime_type = normalize_mime_type(revision.mime_type)
-    check_revision(
-        storage_key=revision.storage_key,
-        sha256=revision.sha256,
-        size_bytes=revision.size_bytes,
-        mime_type=mime_type,
-    )
     return {
         "document_id": revision.document_id,
-        "storage_key": revision.storage_key,
-        "sha256": revision.sha256,
-        "size_bytes": revision.size_bytes,
+        **checked_content(
+            storage_key=revision.storage_key,
+            sha256=revision.sha256,
+            size_bytes=revision.size_bytes,
+            mime_type=revision.mime_type,
+        ),
+    }
+
+
+def checked_content(
+    *, storage_key: str, sha256: str, size_bytes: int, mime_type: str
+) -> dict[str, object]:
+    """The content columns of a new revision, checked (:class:`ValidationError`).
+
+    The MIME type is normalised (``text/SGML`` as ``text/sgml``).
+    """
+    mime_type = normalize_mime_type(mime_type)
+    check_revision(
+        storage_key=storage_key, sha256=sha256, size_bytes=size_bytes, mime_type=mime_type
+    )
+    return {
+        "storage_key": storage_key,
+        "sha256": sha256,
+        "size_bytes": size_bytes,
         "mime_type": mime_type,
     }
+
+
+def insert_from(columns: Sequence[str], rows: sa.Select[Any]) -> sa.Insert:
+    """Return: insert ``rows`` (values of ``columns``) as revisions, in one statement.
+
+    The guard numbers each (``revision_no``, gap-free per document) after locking its
+    document; a document inserted earlier in the same statement is seen by it.
+    """
+    return sa.insert(_r).from_select(list(columns), rows)
 
 
 @functools.cache

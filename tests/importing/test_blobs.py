@@ -11,11 +11,19 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms import provisioning
-from dms.blobs import blobs_of, purge_document, release_blobs, store_contents
+from dms.blobs import (
+    blobs_of,
+    claim_contents,
+    purge_document,
+    release_blobs,
+    store_contents,
+    write_ahead,
+    write_contents,
+)
 from dms.domain import NewRevision
 from dms.errors import InvariantViolation
 from dms.services import add_revision, create_document
-from dms.storage import Content, LocalBlobStore
+from dms.storage import Content, LocalBlobStore, content_key
 from dms.testing.blocking import row_lock_waits
 from dms.uow import UnitOfWork
 from tests.importing.conftest import digest
@@ -181,3 +189,39 @@ def test_blob_keys_are_per_tenant(
     assert mine != theirs
     assert mine.startswith(f"{tenant}/sha256/")
     assert Path(store.path_of(mine)).is_file()
+
+
+def test_a_blob_written_ahead_and_released_before_the_claim_is_written_again(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    """Files written ahead of the claim are not protected: the check after the claim decides."""
+    purged, key = _upload(engine, tenant, user_id, store, b"written ahead")
+    keys = _trash_and_purge(engine, tenant, purged)  # registered, unreferenced
+    store.delete(key)
+    ahead = write_ahead(store, tenant, [_content(b"written ahead"), _content(b"new bytes")])
+    assert ahead == {key, content_key(tenant, digest(b"new bytes"))}
+    assert store.read(key) == b"written ahead"
+    # A release deletes the first file between the writing ahead and the claim.
+    assert release_blobs(engine, tenant=tenant, store=store, storage_keys=keys) == [key]
+    assert not store.exists(key)
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        contents = [_content(b"written ahead"), _content(b"new bytes")]
+        stored = write_contents(store, claim_contents(uow, contents), contents, written_ahead=ahead)
+        uow.commit()
+    assert (stored.written, stored.already_stored) == (2, 0)
+    assert store.read(key) == b"written ahead"
+
+
+def test_writing_ahead_leaves_staged_contents_and_stored_blobs_alone(
+    tenant: str, store: LocalBlobStore, tmp_path: Path
+) -> None:
+    source = tmp_path / "large.bin"
+    source.write_bytes(b"staged bytes")
+    with source.open("rb") as large:
+        staged = store.stage(large)
+    stored = _content(b"stored already")
+    store.put(content_key(tenant, stored.sha256), b"stored already")
+    assert write_ahead(store, tenant, [staged, stored]) == frozenset()
+    assert staged.staged is not None
+    assert staged.staged.exists()
+    assert not store.exists(content_key(tenant, staged.sha256))

@@ -1,4 +1,4 @@
-"""The bulk writes of an import: one statement per table, conflicts skipped, bad input refused."""
+"""The bulk writes of an import: few statements per batch, conflicts skipped, bad input refused."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from dms.domain import NewDocument, NewFolder, NewRevision
 from dms.errors import NotFound, ValidationError
+from dms.repositories.imports import ImportRepository, NewImportedDocument
 from dms.uow import UnitOfWork
 
 
@@ -110,3 +111,93 @@ def test_unknown_folder_refuses_the_whole_batch(uow: UnitOfWork) -> None:
         assert uow.documents.titles_in(None) == []
         with pytest.raises(ValidationError):
             uow.folders.add_many([NewFolder(name="a/b", parent_id=None)])
+
+
+def _imported(title: str, folder_id: uuid.UUID | None, data: bytes) -> NewImportedDocument:
+    sha256 = hashlib.sha256(data).hexdigest()
+    return NewImportedDocument(
+        title=title,
+        folder_id=folder_id,
+        source_name=title.encode(),
+        source_path=b"/share/" + title.encode(),
+        storage_key=f"k/{sha256}",
+        sha256=sha256,
+        size_bytes=len(data),
+        mime_type="Text/Plain",
+    )
+
+
+def _imports(uow: UnitOfWork) -> ImportRepository:
+    return ImportRepository(uow.connection, tenant=uow.tenant, user_id=uow.user_id)
+
+
+def test_imported_documents_point_at_their_first_revision_with_provenance(
+    uow: UnitOfWork,
+) -> None:
+    with uow:
+        folder = uow.folders.add(name="Share")
+        uow.documents.add(title="Taken.txt", folder_id=folder.id)
+        results = _imports(uow).import_documents(
+            [
+                _imported("a.txt", folder.id, b"first"),
+                _imported("taken.txt", folder.id, b"refused: the title is taken"),
+                _imported("A.TXT", folder.id, b"refused: an earlier entry took it"),
+                _imported("top.txt", None, b"at the top level"),
+            ]
+        )
+        assert results[1] is None
+        assert results[2] is None
+        created = [r for r in results if r is not None]
+        assert len(created) == 2
+        for imported, data in zip(created, [b"first", b"at the top level"], strict=True):
+            document = uow.documents.get(imported.document_id)
+            current = uow.revisions.current(imported.document_id)
+            assert current is not None
+            assert (document.current_revision_id, document.version) == (imported.revision_id, 2)
+            assert (current.revision_no, current.sha256, current.mime_type) == (
+                1,
+                hashlib.sha256(data).hexdigest(),
+                "text/plain",
+            )
+        found = _imports(uow).imported_into([folder.id, None])
+        assert sorted((e.source_name, e.document_id) for e in found) == sorted(
+            [(b"a.txt", created[0].document_id), (b"top.txt", created[1].document_id)]
+        )
+        assert sorted(uow.documents.titles_in(folder.id)) == ["Taken.txt", "a.txt"]
+
+
+def test_an_import_into_a_deleted_folder_writes_nothing(uow: UnitOfWork) -> None:
+    with uow:
+        live = uow.folders.add(name="Live")
+        gone = uow.folders.add(name="Gone")
+        uow.folders.soft_delete_subtree(gone.id)
+        with pytest.raises(NotFound, match=str(gone.id)):
+            _imports(uow).import_documents(
+                [_imported("a.txt", live.id, b"a"), _imported("b.txt", gone.id, b"b")]
+            )
+        assert uow.documents.titles_in(live.id) == []
+        assert _imports(uow).imported_into([live.id]) == []
+
+
+def test_folders_under_a_deleted_parent_are_refused_whole(uow: UnitOfWork) -> None:
+    with uow:
+        live = uow.folders.add(name="Live")
+        gone = uow.folders.add(name="Gone")
+        uow.folders.soft_delete_subtree(gone.id)
+        with pytest.raises(NotFound, match=str(gone.id)):
+            uow.folders.add_many(
+                [NewFolder(name="a", parent_id=live.id), NewFolder(name="b", parent_id=gone.id)]
+            )
+        assert uow.folders.children(live.id) == []
+        # Every name taken is not a missing parent: None each, and no error.
+        uow.folders.add(name="x", parent_id=live.id)
+        assert uow.folders.add_many([NewFolder(name="X", parent_id=live.id)]) == [None]
+
+
+def test_bad_imported_documents_are_refused_before_any_sql(uow: UnitOfWork) -> None:
+    with uow:
+        with pytest.raises(ValidationError):
+            _imports(uow).import_documents(
+                [_imported("ok.txt", None, b"ok"), _imported(" ", None, b"blank title")]
+            )
+        assert uow.documents.titles_in(None) == []

@@ -53,7 +53,12 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.metadata": set(),
     "dms.repositories.tags": set(),
     "dms.repositories.blobs": {"dms.repositories.revisions"},
-    "dms.repositories.imports": {"dms.repositories.documents", "dms.repositories.folders"},
+    # The import's one statement: documents, their first revisions and provenance together.
+    "dms.repositories.imports": {
+        "dms.repositories.documents",
+        "dms.repositories.folders",
+        "dms.repositories.revisions",
+    },
 }
 
 
