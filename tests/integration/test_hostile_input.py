@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event as sa_event
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
 from dms import provisioning, tenancy
@@ -74,6 +72,7 @@ from dms.services import (
 from dms.uow import UnitOfWork
 from dms.users import create_user, users_stand_in
 from tests.conftest import new_slug
+from tests.hostile import NOT_TEXT, Tally, checksums, texts
 
 #: Examples per entry point of text and values (about 50 of them; typed ones below): the module
 #: takes about 40 s alone on two cores shared with other work, about half that over ``-n 2``.
@@ -83,32 +82,7 @@ TENANT_TABLES = [table for table in t.metadata.sorted_tables if table.schema is 
 
 # --- values -----------------------------------------------------------------------------------
 
-#: Every code point, surrogates and unassigned ones included.
-ANY_CHARACTER = st.characters(exclude_categories=())
-#: What PostgreSQL, LIKE, quoting and trimming make special.
-SPECIAL = st.sampled_from(
-    ["\x00", "\ud800", "\udfff", " ", "\t", "\n", "\u3000", "\u00a0", "\u200b", "\ufeff", "%",
-     "_", "\\", "'", '"', ";", "/", "😀", "\U0010ffff", "\x7f", "é", "ß", "İ"]
-)  # fmt: skip
-TEXT = st.one_of(
-    st.text(ANY_CHARACTER, max_size=12),
-    st.lists(st.one_of(SPECIAL, st.text(ANY_CHARACTER, max_size=3)), max_size=6).map("".join),
-    st.sampled_from([99, 100, 101, 199, 200, 201, 254, 255, 256, 499, 500, 501, 1000, 1001]).map(
-        lambda n: "x" * n
-    ),
-)
-NOT_TEXT = st.one_of(
-    st.none(),
-    st.integers(),
-    st.floats(),
-    st.binary(max_size=4),
-    st.booleans(),
-    st.uuids(),
-    st.lists(st.integers(), max_size=2),
-    st.decimals(),
-    st.dates(),
-    st.datetimes(),
-)
+TEXT = texts([99, 100, 101, 199, 200, 201, 254, 255, 256, 499, 500, 501, 1000, 1001])
 ANYTHING = st.one_of(TEXT, NOT_TEXT)
 #: Ids as a caller might get them wrong: the right type, its text, or anything else.
 IDS = st.one_of(st.uuids(), st.uuids().map(str), ANYTHING)
@@ -145,29 +119,15 @@ class World:
     tag_id: uuid.UUID
     revision_id: uuid.UUID
     fields: Mapping[FieldType, MetadataField]
-    snapshot: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    snapshot: tuple[tuple[Any, ...], ...] = ()
 
     def field_of(self, kind: FieldType) -> MetadataField:
         return self.fields[kind]
 
 
-def snapshot(conn: Connection) -> dict[str, tuple[int, str]]:
+def snapshot(conn: Connection) -> tuple[tuple[Any, ...], ...]:
     """Row count and checksum of every tenant table, in one query on ``conn`` (routed)."""
-    parts = []
-    for table in TENANT_TABLES:
-        rows = table.alias("r")
-        as_text = sa.cast(sa.literal_column("r"), sa.Text)
-        digest = sa.func.md5(
-            sa.func.coalesce(
-                sa.func.string_agg(as_text, aggregate_order_by(sa.literal("|"), as_text)), ""
-            )
-        )
-        parts.append(
-            sa.select(sa.literal(table.name).label("name"), sa.func.count(), digest).select_from(
-                rows
-            )
-        )
-    return {name: (count, digest) for name, count, digest in conn.execute(sa.union_all(*parts))}
+    return checksums(conn, TENANT_TABLES)
 
 
 @pytest.fixture(scope="module")
@@ -279,38 +239,14 @@ class EntryPoint:
 
 
 #: Outcomes of this run, by entry point: ``pytest`` without ``-n`` prints them at the end.
-TALLY: Counter[tuple[str, str]] = Counter()
-
-
-def outcome(entry: str, what: str) -> None:
-    """Count an example's outcome, for hypothesis' statistics and for :data:`TALLY`."""
-    if currently_in_test_context():  # not in the tests of known values
-        event(f"{entry}: {what}")
-        TALLY[entry, what] += 1
+TALLY = Tally("hostile input")
+outcome = TALLY.outcome
 
 
 @pytest.fixture(scope="module", autouse=True)
 def figures(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of the module, print what was tried, accepted intact and refused."""
-    TALLY.clear()
-    yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None or not TALLY:  # an xdist worker's output is not shown
-        return
-    with capture.global_and_fixture_disabled():
-        _report(reporter)
-
-
-def _report(reporter: Any) -> None:
-    reporter.write_sep("-", "hostile input: tried, accepted intact, refused (how)")
-    for entry in sorted({entry for entry, _ in TALLY}):
-        counts = {what: n for (name, what), n in TALLY.items() if name == entry}
-        accepted = sum(n for what, n in counts.items() if what.startswith("accepted"))
-        refused = {what: n for what, n in counts.items() if what.startswith("refused")}
-        how = ", ".join(f"{n} {what.removeprefix('refused ')}" for what, n in refused.items())
-        tried = accepted + sum(refused.values())
-        reporter.write_line(f"{entry:45} {tried:4} {accepted:4} {sum(refused.values()):4}  {how}")
+    yield from TALLY.report_after(request)
 
 
 def run(

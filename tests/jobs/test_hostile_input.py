@@ -21,7 +21,6 @@ inputs were tried, accepted intact and refused.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -30,10 +29,9 @@ from typing import Any, NoReturn
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event as sa_event
-from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, provisioning
@@ -56,6 +54,7 @@ from dms.jobs.validation import (
     MAX_PAYLOAD_DEPTH,
 )
 from tests.conftest import new_slug
+from tests.hostile import NOT_TEXT, Tally, checksums, texts
 
 #: Examples per entry point: about 50 entry points, each example one rolled-back transaction
 #: (about 30 s for the module on two shared cores).
@@ -63,31 +62,7 @@ EXAMPLES = 40
 
 # --- values -----------------------------------------------------------------------------------
 
-#: Every code point, surrogates and unassigned ones included.
-ANY_CHARACTER = st.characters(exclude_categories=())
-SPECIAL = st.sampled_from(
-    ["\x00", "\ud800", "\udfff", "\udcff", " ", "\t", "\n", "\u3000", "\u200b", "\ufeff",
-     "\\", "\\u0000", "'", '"', "😀", "\U0010ffff", "\x7f", "é"]
-)  # fmt: skip
-TEXT = st.one_of(
-    st.text(ANY_CHARACTER, max_size=12),
-    st.lists(st.one_of(SPECIAL, st.text(ANY_CHARACTER, max_size=3)), max_size=6).map("".join),
-    st.sampled_from([MAX_NAME_CHARS - 1, MAX_NAME_CHARS, MAX_NAME_CHARS + 1, 5000]).map(
-        lambda n: "k" * n
-    ),
-)
-NOT_TEXT = st.one_of(
-    st.none(),
-    st.integers(),
-    st.floats(),
-    st.binary(max_size=4),
-    st.booleans(),
-    st.uuids(),
-    st.lists(st.integers(), max_size=2),
-    st.decimals(),
-    st.datetimes(),
-    st.timedeltas(),
-)
+TEXT = texts([MAX_NAME_CHARS - 1, MAX_NAME_CHARS, MAX_NAME_CHARS + 1, 5000])
 ANYTHING = st.one_of(TEXT, NOT_TEXT)
 IDS = st.one_of(st.uuids(), st.uuids().map(str), ANYTHING)
 DURATIONS = st.one_of(
@@ -188,22 +163,12 @@ class World:
     queued: jobs.Job
     running: jobs.Job
     dead: jobs.Job
-    snapshot: tuple[object, ...] = ()
+    snapshot: tuple[tuple[Any, ...], ...] = ()
 
 
-def snapshot(conn: Connection) -> tuple[object, ...]:
+def snapshot(conn: Connection) -> tuple[tuple[Any, ...], ...]:
     """Row count and checksum of both queue tables."""
-    parts = []
-    for table in (processing_jobs, job_idempotency_keys):
-        rows = table.alias("r")
-        as_text = sa.cast(sa.literal_column("r"), sa.Text)
-        digest = sa.func.md5(
-            sa.func.coalesce(
-                sa.func.string_agg(as_text, aggregate_order_by(sa.literal("|"), as_text)), ""
-            )
-        )
-        parts.append(sa.select(sa.func.count(), digest).select_from(rows))
-    return tuple(tuple(row) for row in conn.execute(sa.union_all(*parts)))
+    return checksums(conn, (processing_jobs, job_idempotency_keys))
 
 
 def _claimed(conn: Connection, tenant: str, kind: str, **options: Any) -> jobs.Job:
@@ -258,40 +223,14 @@ class EntryPoint:
     refusals: tuple[type[DmsError], ...] = BEFORE_SQL
 
 
-TALLY: Counter[tuple[str, str]] = Counter()
-
-
-def outcome(entry: str, what: str) -> None:
-    """Count an example's outcome, for hypothesis' statistics and for :data:`TALLY`."""
-    if currently_in_test_context():
-        event(f"{entry}: {what}")
-        TALLY[entry, what] += 1
+TALLY = Tally("dms.jobs hostile input")
+outcome = TALLY.outcome
 
 
 @pytest.fixture(scope="module", autouse=True)
 def figures(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of the module, print what was tried, accepted intact and refused."""
-    TALLY.clear()
-    yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None or not TALLY:  # an xdist worker's output is not shown
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_sep("-", "dms.jobs hostile input: tried, accepted intact, refused (how)")
-        totals = Counter[str]()
-        for entry in sorted({entry for entry, _ in TALLY}):
-            counts = {what: n for (name, what), n in TALLY.items() if name == entry}
-            accepted = counts.get("accepted intact", 0)
-            refused = {what: n for what, n in counts.items() if what.startswith("refused")}
-            how = ", ".join(f"{n} {what.removeprefix('refused ')}" for what, n in refused.items())
-            tried = accepted + sum(refused.values())
-            totals.update(tried=tried, accepted=accepted, refused=sum(refused.values()))
-            line = f"{entry:40} {tried:4} {accepted:4} {sum(refused.values()):4}  {how}"
-            reporter.write_line(line)
-        reporter.write_line(
-            f"{'total':40} {totals['tried']:4} {totals['accepted']:4} {totals['refused']:4}"
-        )
+    yield from TALLY.report_after(request)
 
 
 @contextmanager
