@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from bench.fleet import _scripts_with_additive_revision
-from dms import UnitOfWork, citus, jobs, migrations, placement, provisioning
+from dms import UnitOfWork, Worker, citus, jobs, migrations, placement, provisioning
 from dms.db import normalize_url
 from dms.migrations import Scripts
 from dms.testing import temporary_database
@@ -148,10 +148,14 @@ def _processing(engine: Engine, slugs: list[str], result: Engines) -> None:
             ],
         )
     started = time.perf_counter()
-    with jobs.Worker(engine, {kind: handler}, concurrency=CONCURRENCY, poll_seconds=0.05):
+    with Worker(engine, {kind: handler}, concurrency=CONCURRENCY, poll_seconds=0.05):
         while _left(engine, kind):
             time.sleep(0.05)
     took = time.perf_counter() - started
+    with engine.connect() as conn:
+        done = jobs.stats(conn, kind=kind).total(jobs.JobState.DONE)
+    if done != JOB_COUNT:  # a figure of failing jobs would measure the failures
+        raise SystemExit(f"only {done} of {JOB_COUNT} jobs were done: see the worker's log")
     result.add(f"process {JOB_COUNT} jobs at concurrency {CONCURRENCY} (total)", took)
     result.add("  per job", took / JOB_COUNT)
 
