@@ -296,12 +296,12 @@ def test_missing_users_table_is_named_in_its_configured_schema(
 
 def test_fleet_status_reads_every_revision_from_the_registry(db: Engine) -> None:
     provisioning.create_tenant(db, "alpha")
+    with db.begin() as conn:  # a tenant schema that the registry does not know
+        conn.execute(sa.text("CREATE SCHEMA tenant_ghost"))
     few = _statements_of_fleet_status(db)
     for slug in ("bravo", "charlie", "delta", "echo"):
         provisioning.create_tenant(db, slug)
     migrations.downgrade(db, "base", tenant="charlie")
-    with db.begin() as conn:  # a tenant schema that the registry does not know
-        conn.execute(sa.text("CREATE SCHEMA tenant_ghost"))
 
     many = _statements_of_fleet_status(db)
     status = migrations.fleet_status(db)
