@@ -5,7 +5,9 @@ DMS_DATABASE_URL or the embedded server), dropped afterwards:
 
 * bulk creation: ``dms tenants create --file NAMES --jobs N`` (total and per tenant), against
   one ``create_tenant`` call after another over a sample (the way before);
-* ``dms status`` and a no-op ``dms migrate``;
+* ``dms status`` and a no-op ``dms migrate`` (both read the registry's copy of every tenant's
+  revision); in process, ``fleet_status`` against the baseline of reading every tenant's own
+  version table, as it did before revision 0007;
 * a real additive migration (a column with a default and an index on ``documents``, in a
   bench-only revision on top of head) up and back down with ``alembic -x jobs=1`` and
   ``-x jobs=N``, and their ratio;
@@ -14,9 +16,12 @@ DMS_DATABASE_URL or the embedded server), dropped afterwards:
   tenant, and the time of a unit of work on a tenant its connection has not seen yet;
 * ``dms tenants drop --all --jobs N``.
 
-    python bench/fleet.py [--url URL] [--tenants 1000 10000] [--jobs 2] [--write]
+    python bench/fleet.py [--url URL] [--tenants 1000 10000] [--jobs 2] [--skip PHASE ...]
+                          [--write]
 
-``--write`` puts the results in bench/results/fleet.md. Every command runs in a subprocess, as
+``--skip`` leaves phases out (``serial``, ``memory``, ``additive``, ``drop``) where time is short;
+``--write`` puts the results in bench/results/fleet.md, in a section per fleet size, server and
+day (other sections are kept). Every command runs in a subprocess, as
 typed. Not a test: the machine is shared and timings are noisy; ratios are of the same run.
 """
 
@@ -46,6 +51,7 @@ from dms.db import database_url
 from dms.domain import DocumentQuery
 from dms.migrations import MigrationScope
 from dms.migrations.environment import migrate_schema
+from dms.migrations.versions import read_fleet_versions
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
 
@@ -93,6 +99,9 @@ class Figures:
     tenants: int
     jobs: int
     write: bool
+    #: ``PostgreSQL 18.6 (embedded server)``, as the results name it.
+    server: str = "PostgreSQL"
+    command: str = ""
     rows: list[tuple[str, str]] = field(default_factory=list)
 
     def add(self, name: str, value: str) -> None:
@@ -228,14 +237,48 @@ def _serial_create(engine: Engine, figures: Figures) -> None:
     )
 
 
-def _run_size(server: URL, count: int, jobs: int, write: bool) -> Figures:
-    figures = Figures(count, jobs, write)
+def _server_name(engine: Engine, embedded: bool) -> str:
+    with engine.connect() as conn:
+        version = conn.scalar(sa.text("SHOW server_version"))
+    where = "the embedded server" if embedded else "the server of --url / DMS_DATABASE_URL"
+    return f"PostgreSQL {str(version).split()[0]} ({where})"
+
+
+def _status_in_process(url: URL, count: int, figures: Figures) -> None:
+    """fleet_status (the registry's copy) against every tenant's own version table (before 0007).
+
+    Each on new connections (``NullPool``), so neither finds a server cache warmed by the other.
+    """
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        schemas = [tenancy.schema_name(f"t{index:05d}") for index in range(count)]
+        started = time.perf_counter()
+        read_fleet_versions(engine, schemas)
+        every_table = time.perf_counter() - started
+        started = time.perf_counter()
+        migrations.fleet_status(engine)
+        registry = time.perf_counter() - started
+    finally:
+        engine.dispose()
+    figures.add(
+        "fleet_status in process: the registry's copy / every tenant's version table "
+        "(how it read before 0007)",
+        f"{registry:.2f} s / {every_table:.2f} s ({every_table / registry:.1f}x)",
+    )
+
+
+def _run_size(
+    server: URL, count: int, jobs: int, *, write: bool, skip: set[str], embedded: bool
+) -> Figures:
+    figures = Figures(count, jobs, write, command=_command_line(count, jobs, skip, write))
     with temporary_database(server, prefix=f"dms_fleet_{count}") as url:
         engine = sa.create_engine(url, poolclass=sa.NullPool)
+        figures.server = _server_name(engine, embedded)
         create_users_stand_in(engine)
         migrations.upgrade(engine)
         empty_catalog, empty_relations = _catalog_size(engine)
-        _serial_create(engine, figures)
+        if "serial" not in skip:
+            _serial_create(engine, figures)
 
         names = "\n".join(f"t{index:05d}" for index in range(count)) + "\n"
         took = _timed(_dms("tenants", "create", "--file", "-", "--jobs", str(jobs)), url, names)
@@ -251,18 +294,28 @@ def _run_size(server: URL, count: int, jobs: int, write: bool) -> Figures:
             f"{relations - empty_relations} relations more",
         )
         figures.add("dms status", f"{_timed(_dms('status'), url):.2f} s")
+        _status_in_process(url, count, figures)
         figures.add("no-op dms migrate", f"{_timed(_dms('migrate'), url):.2f} s")
         figures.add("dms check", f"{_timed(_dms('check'), url):.2f} s")
         slugs = [f"t{index:05d}" for index in range(count)]
-        _connection_memory(url, slugs, figures)
-        _additive_migration(url, jobs, figures)
-        took = _timed(_dms("tenants", "drop", "--all", "--yes", "--jobs", str(jobs)), url)
-        figures.add(
-            f"dms tenants drop --all --jobs {jobs}",
-            f"{took:.1f} s ({took / count * 1000:.1f} ms per tenant)",
-        )
+        if "memory" not in skip:
+            _connection_memory(url, slugs, figures)
+        if "additive" not in skip:
+            _additive_migration(url, jobs, figures)
+        if "drop" not in skip:
+            took = _timed(_dms("tenants", "drop", "--all", "--yes", "--jobs", str(jobs)), url)
+            figures.add(
+                f"dms tenants drop --all --jobs {jobs}",
+                f"{took:.1f} s ({took / count * 1000:.1f} ms per tenant)",
+            )
         engine.dispose()
     return figures
+
+
+def _command_line(count: int, jobs: int, skip: set[str], write: bool) -> str:
+    argv = ["python", "bench/fleet.py", "--tenants", str(count), "--jobs", str(jobs)]
+    argv += ["--skip", *sorted(skip)] if skip else []
+    return " ".join(argv + (["--write"] if write else []))
 
 
 def _additive_migration(url: URL, jobs: int, figures: Figures) -> None:
@@ -285,8 +338,9 @@ def _additive_migration(url: URL, jobs: int, figures: Figures) -> None:
 
 
 def _write(figures: Figures) -> None:
-    """Replace this fleet size's section of the results; keep the other sizes' sections."""
-    heading = f"## {figures.tenants:,} tenants"
+    """Replace this fleet size's section of this server and day; keep every other section."""
+    day = f"{datetime.now(timezone.utc):%Y-%m-%d}"
+    heading = f"## {figures.tenants:,} tenants, {figures.server.split(' (')[0]}, {day}"
     text = RESULTS.read_text() if RESULTS.exists() else "# Fleet benchmark\n"
     preamble, *sections = text.split("\n## ")
     kept = {"## " + part.split("\n", 1)[0]: "## " + part for part in sections}
@@ -294,9 +348,9 @@ def _write(figures: Figures) -> None:
         [
             heading,
             "",
-            f"`python bench/fleet.py --tenants {figures.tenants} --jobs {figures.jobs} --write`, "
-            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, PostgreSQL 15, this 2-core machine "
-            f"shared with other work (load average {os.getloadavg()[0]:.1f} at the end).",
+            f"`{figures.command}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+            f"{figures.server}, this 2-core machine shared with other work (load average "
+            f"{os.getloadavg()[0]:.1f} at the end).",
             "",
             "| figure | value |",
             "|---|---|",
@@ -304,6 +358,7 @@ def _write(figures: Figures) -> None:
             "",
         ]
     )
+    # By fleet size; sections of one size in the order they were first written.
     ordered = sorted(kept, key=lambda title: int(title[3:].split()[0].replace(",", "")))
     RESULTS.write_text(preamble.rstrip("\n") + "\n\n" + "\n".join(kept[t] for t in ordered))
 
@@ -313,11 +368,21 @@ def main() -> None:
     parser.add_argument("--url", default=None, help="server to run on (a temporary database)")
     parser.add_argument("--tenants", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--jobs", type=int, default=2, help="worker processes for --jobs N")
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        choices=["serial", "memory", "additive", "drop"],
+        help="phases to leave out",
+    )
     parser.add_argument("--write", action="store_true", help="write bench/results/fleet.md")
     args = parser.parse_args()
     server = database_url(args.url)
+    embedded = args.url is None and not os.environ.get("DMS_DATABASE_URL")
     for count in args.tenants:
-        _run_size(server, count, args.jobs, args.write)
+        _run_size(
+            server, count, args.jobs, write=args.write, skip=set(args.skip), embedded=embedded
+        )
 
 
 if __name__ == "__main__":

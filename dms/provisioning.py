@@ -1,10 +1,11 @@
 """Creating and dropping tenants: one, or thousands at once.
 
-A tenant is created in one transaction: its registry row, its schema, every table at the head
-revision and its version row, from the SQL the tenant revisions emit, recorded once per process
-(:mod:`dms.migrations.template`: the same catalog as migrating step by step, in a fraction of
-the time). Either all of it exists afterwards, or nothing does. Dropping one removes its
-registry row and its schema with everything in it, in one transaction.
+A tenant is created in one transaction: its registry row (with the registry's copy of its
+revision), its schema, every table at the head revision and its version row, from the SQL the
+tenant revisions emit, recorded once per process (:mod:`dms.migrations.template`: the same
+catalog as migrating step by step, in a fraction of the time). Either all of it exists
+afterwards, or nothing does. Dropping one removes its registry row and its schema with
+everything in it, in one transaction.
 
 Many at once (:func:`create_tenants`, :func:`drop_tenants`): every name is checked before any
 SQL runs, and the registry is read once; each tenant is still its own transaction, so a bad or
@@ -44,6 +45,7 @@ from dms.errors import (
 from dms.fleet.pool import PoolResult, Task, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
+from dms.migrations import registry
 from dms.migrations.environment import require_users_table
 from dms.migrations.runner import default_jobs, stopped_message
 from dms.migrations.scripts import Scripts
@@ -92,7 +94,10 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         # twice as fast as converting them all at the end (a no-op if the cluster already
         # distributed the schema, with citus.enable_schema_based_sharding on).
         citus.distribute_schema(conn, schema)
-        _build_tables(conn, schema, tenant_template(conn, scripts, settings))
+        template = tenant_template(conn, scripts, settings)
+        _build_tables(conn, schema, template)
+        # The recording wrote the schema's version row; the registry's copy goes with it.
+        registry.record(conn, schema, template.head)
     return tenant
 
 

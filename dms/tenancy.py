@@ -12,6 +12,12 @@ that much (bench/results/fleet.md). :func:`route` therefore counts the tenants e
 has served, and :func:`limit_tenants_per_connection` (which :func:`dms.create_engine` applies)
 replaces a connection at checkout once it has served :data:`TENANTS_PER_CONNECTION`.
 
+The registry also keeps a copy of each tenant schema's Alembic revision (``revision``, from
+revision 0007 of the shared schema on): :func:`recorded_revisions` reads the whole fleet's in one
+query. Only migrations write it (:mod:`dms.migrations.registry`), in the transaction that moves
+the schema's own version table. A :class:`Tenant` leaves it out: the columns it reads exist at
+every revision of the shared schema, so listing tenants works during a migration of it.
+
 This module is the bottom of the tenant stack: :mod:`dms.migrations` and
 :mod:`dms.provisioning` build on it, and it imports neither. A registry that is not there (the
 database was never migrated) is :class:`~dms.errors.NotMigrated`, not a driver error.
@@ -45,6 +51,15 @@ TENANTS_PER_CONNECTION = 500
 _SERVED = "dms.tenants_served"
 
 _SLUG = re.compile(TENANT_SLUG_PATTERN)
+#: What a :class:`Tenant` reads: the registry's columns at every revision of the shared schema.
+_TENANT_COLUMNS = (tenants.c.slug, tenants.c.schema_name, tenants.c.state, tenants.c.created_at)
+_pg_attribute = sa.table(
+    "pg_attribute",
+    sa.column("attrelid"),
+    sa.column("attname"),
+    sa.column("attisdropped"),
+    schema="pg_catalog",
+)
 _SCHEMA_PREFIX = "tenant_"
 _RESERVED_SLUGS = frozenset({SHARED_SCHEMA, "public", "information_schema"})
 
@@ -150,7 +165,7 @@ def register(conn: Connection, slug: str) -> Tenant:
             insert(tenants)
             .values(slug=slug, schema_name=schema_name(slug))
             .on_conflict_do_nothing()
-            .returning(*tenants.c)
+            .returning(*_TENANT_COLUMNS)
         ).one_or_none()
     if row is None:
         raise TenantExists(f"tenant {slug!r} already exists")
@@ -174,7 +189,7 @@ def list_tenants(conn_or_engine: Connection | Engine) -> list[Tenant]:
     if isinstance(conn_or_engine, Engine):
         with conn_or_engine.connect() as conn:
             return list_tenants(conn)
-    query = sa.select(*tenants.c).order_by(tenants.c.slug)
+    query = sa.select(*_TENANT_COLUMNS).order_by(tenants.c.slug)
     with _registry_errors():
         return [Tenant(**row._mapping) for row in conn_or_engine.execute(query)]
 
@@ -192,7 +207,73 @@ def get_tenant(conn: Connection, slug: str) -> Tenant:
     """The registered tenant ``slug``, or :class:`TenantNotFound`."""
     validate_slug(slug)
     with _registry_errors():
-        row = conn.execute(sa.select(*tenants.c).where(tenants.c.slug == slug)).one_or_none()
+        row = conn.execute(sa.select(*_TENANT_COLUMNS).where(tenants.c.slug == slug)).one_or_none()
     if row is None:
         raise TenantNotFound(f"tenant {slug!r} does not exist")
     return Tenant(**row._mapping)
+
+
+# --- the registry's copy of each tenant's revision ----------------------------------------
+
+
+def _registry_class() -> sa.ColumnElement[object]:
+    return sa.func.to_regclass(f"{SHARED_SCHEMA}.{tenants.name}")
+
+
+def registry_exists(conn: Connection) -> bool:
+    """Whether the registry (the shared schema at its first revision or later) exists."""
+    return conn.scalar(sa.select(_registry_class())) is not None
+
+
+def records_revisions(conn: Connection) -> bool:
+    """Whether the registry has its ``revision`` column (the shared schema at 0007 or later).
+
+    Read from the catalog each time, never cached: the shared schema moves under running code.
+    """
+    column = sa.select(_pg_attribute.c.attname).where(
+        _pg_attribute.c.attrelid == _registry_class(),
+        _pg_attribute.c.attname == tenants.c.revision.name,
+        sa.not_(_pg_attribute.c.attisdropped),
+    )
+    return bool(conn.scalar(sa.select(sa.exists(column))))
+
+
+def lock_registry_row(conn: Connection, slug: str) -> bool:
+    """Lock ``slug``'s registry row until the end of the transaction; whether it exists.
+
+    ``FOR NO KEY UPDATE``: jobs that reference the tenant (``FOR KEY SHARE``) are not held up.
+    The lock on the table that comes with it also makes a migration of the registry's own
+    columns (``ALTER TABLE``) wait until this transaction ends.
+    """
+    if not registry_exists(conn):
+        return False
+    query = sa.select(tenants.c.slug).where(tenants.c.slug == slug).with_for_update(key_share=True)
+    return conn.scalar(query) is not None
+
+
+def record_revision(conn: Connection, slug: str, revision: str | None) -> None:
+    """Write ``slug``'s revision (``None``: base) in the registry, in ``conn``'s transaction.
+
+    Only :mod:`dms.migrations.registry` calls this, in the transaction that moves the schema's
+    own version table; the registry must have its ``revision`` column.
+    """
+    conn.execute(
+        sa.update(tenants)
+        .where(
+            tenants.c.slug == slug,
+            tenants.c.revision.is_distinct_from(sa.literal(revision, sa.Text)),
+        )
+        .values(revision=revision)
+    )
+
+
+def recorded_revisions(conn: Connection) -> dict[str, str | None] | None:
+    """Every registered tenant's revision as the registry records it, by schema name.
+
+    One query, whatever the number of tenants. ``None`` if the registry does not record
+    revisions (it does not exist, or the shared schema is older than 0007).
+    """
+    if not records_revisions(conn):
+        return None
+    query = sa.select(tenants.c.schema_name, tenants.c.revision)
+    return {str(schema): revision for schema, revision in conn.execute(query)}

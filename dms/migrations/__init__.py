@@ -11,11 +11,13 @@ tenant schema keep their own ``alembic_version`` table, so each moves on its own
   reported (:class:`~dms.errors.MigrationFailed`) while the others go on; two concurrent runs
   serialise per tenant instead of colliding; an interrupted run leaves every tenant at its old
   revision or at the target, and the same call finishes the rest;
-* tenants already at the target are skipped after a few queries that read every tenant's
-  revision, so a no-op run over 10,000 tenants takes seconds.
+* tenants already at the target are skipped after one query of the registry, which keeps a
+  copy of every tenant's revision (:mod:`.registry`), so a no-op run over 10,000 tenants takes
+  seconds.
 
 Modules by role: :mod:`.scripts` (where the revisions are; targets resolved up front),
-:mod:`.versions` (reading revisions, the fleet's status), :mod:`.environment` (one schema on
+:mod:`.versions` (reading revisions, the fleet's status), :mod:`.registry` (the registry's copy
+of each tenant's revision, written with the schema's own), :mod:`.environment` (one schema on
 one connection), :mod:`.runner` (the fleet), :mod:`.alembic_env` (``alembic/env.py``),
 :mod:`.catalog` and :mod:`.drift` (what each tenant's catalog holds, against head).
 """

@@ -7,6 +7,10 @@ a moment), and reads its catalog (:mod:`.catalog`). Then every registered tenant
 compared with it by digest, a few hundred tenants per query; only those that differ are read
 object by object to say what differs: an object missing, unexpected, or defined otherwise.
 A tenant not at head is reported as such, not compared.
+
+The registry's copy of each tenant's revision (:mod:`.registry`), which ``dms status`` and the
+fleet runner trust, is checked against the schema's own version table too: a tenant whose copy
+differs is reported (``registry records ...``), with the command that corrects it.
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def check_drift(
         reference = _reference(conn, scripts)
         by_schema = registered_schemas(conn)
         present = tenant_schemas_in_catalog(conn)
+        recorded = tenancy.recorded_revisions(conn)
     versions = read_fleet_versions(engine, sorted(by_schema))
     comparable = [s for s in sorted(by_schema) if s in present and versions[s] == head]
     progress.begin(len(by_schema))
@@ -136,9 +141,37 @@ def check_drift(
     return DriftReport(
         head=head,
         checked=len(by_schema),
-        drifted=tuple(sorted([*drifted, *others], key=lambda d: d.tenant)),
+        drifted=_with_registry([*drifted, *others], by_schema, versions, recorded or {}, present),
         seconds=time.perf_counter() - started,
     )
+
+
+def _with_registry(
+    drifted: list[TenantDrift],
+    by_schema: dict[str, str],
+    versions: dict[str, str | None],
+    recorded: dict[str, str | None],
+    present: set[str],
+) -> tuple[TenantDrift, ...]:
+    """``drifted``, plus (or merged into a tenant's entry) every registry copy that is wrong."""
+    by_tenant = {drift.tenant: drift for drift in drifted}
+    for schema, slug in by_schema.items():
+        if schema not in recorded or schema not in present:
+            continue
+        if recorded[schema] == versions[schema]:
+            continue
+        wrong = (
+            f"registry records {recorded[schema] or 'base'}, the schema is at "
+            f"{versions[schema] or 'base'}: run dms migrate --tenant {slug}"
+        )
+        found = by_tenant.get(slug)
+        by_tenant[slug] = TenantDrift(
+            tenant=slug,
+            revision=versions[schema],
+            problem=wrong if found is None else f"{found.problem}; {wrong}",
+            differences=() if found is None else found.differences,
+        )
+    return tuple(sorted(by_tenant.values(), key=lambda d: d.tenant))
 
 
 @dataclass(frozen=True)

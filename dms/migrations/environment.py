@@ -23,6 +23,7 @@ from dms import citus
 from dms.config import Settings, settings_of
 from dms.errors import UsersTableMissing
 from dms.jobs import tables as _job_tables  # noqa: F401 -- puts the job tables on shared.metadata
+from dms.migrations.registry import RevisionCopy
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import VERSION_TABLE, Scripts
 from dms.schema import shared, tenant
@@ -99,9 +100,12 @@ def configure(
     """Point ``context`` at ``scope``'s schema: its own version table, only its objects.
 
     ``target_metadata`` is what ``alembic check`` and autogenerate compare with
-    (:func:`declared_metadata`); running revisions needs none.
+    (:func:`declared_metadata`); running revisions needs none. On a registered tenant, this
+    locks its registry row and has every step write the registry's copy of the revision in
+    the same transaction (:class:`~dms.migrations.registry.RevisionCopy`).
     """
     context.configure(
+        on_version_apply=RevisionCopy.start(conn, scope),
         connection=conn,
         version_table_schema=scope.schema,
         target_metadata=target_metadata,

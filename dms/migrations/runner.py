@@ -9,9 +9,12 @@ and is reported while the others go on, and two concurrent runs serialise per te
 The target is resolved once, up front (:meth:`Scripts.resolve`): a mistyped revision is one
 error before anything runs, and a relative one (``-1``) becomes absolute, counted from the
 shared schema's revision (or the one tenant's). Tenants already there are skipped after one
-read of every revision. The others are spread over ``jobs`` worker processes
-(:mod:`dms.fleet.pool`); stopped at any point, each tenant is at its old revision or at the
-target, and the same call with the same absolute target finishes the rest.
+query of the registry, whose copy of each tenant's revision every migration keeps in step
+(:mod:`.registry`); a single tenant (``tenant=``) is always visited. Each visited tenant reads
+its own version table under its lock (a copy found wrong is corrected there). The others are
+spread over ``jobs`` worker processes (:mod:`dms.fleet.pool`); stopped at any point, each
+tenant is at its old revision or at the target, and the same call with the same absolute target
+finishes the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dms.errors import (
 from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
+from dms.migrations import registry
 from dms.migrations.environment import (
     Direction,
     advisory_lock,
@@ -45,7 +49,12 @@ from dms.migrations.environment import (
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import read_fleet_versions, read_versions, registered_schemas
+from dms.migrations.versions import (
+    read_fleet_versions,
+    read_versions,
+    registered_schemas,
+    tenant_revisions,
+)
 
 #: Below this many tenants to migrate, the default is this process alone: starting worker
 #: processes (about a second) would cost more than it saves.
@@ -137,6 +146,8 @@ def migrate_tenant(engine: Engine, migration: TenantMigration, slug: str) -> Ten
             # Read under the lock: a concurrent run may have moved it since the plan was made.
             before = read_versions(conn, [schema])[schema]
             if before == migration.target:
+                # Planned from a registry copy that disagreed with the schema: correct the copy.
+                registry.record(conn, schema, before)
                 return _report(slug, before, before, started, Outcome.SKIPPED)
             scope = MigrationScope.tenant(schema, settings)
             migrate_schema(conn, scope, migration.target, migration.direction, migration.scripts)
@@ -257,13 +268,22 @@ class _Run:
         return _report(SHARED_SCHEMA, before, migration.target, started, Outcome.MIGRATED)
 
     def _tenants(self, migration: TenantMigration, shared: TenantReport | None) -> FleetReport:
-        with self.engine.connect() as conn:
-            by_schema = registered_schemas(conn)
         if self.tenant is not None:
+            # One tenant: its own version table, which is what counts if its copy were wrong.
             by_schema = {tenancy.schema_name(self.tenant): self.tenant}
-        versions = read_fleet_versions(self.engine, sorted(by_schema))
+            versions = read_fleet_versions(self.engine, sorted(by_schema))
+        else:
+            with self.engine.connect() as conn:
+                by_schema = registered_schemas(conn)
+            versions = tenant_revisions(self.engine, sorted(by_schema))
         before = {by_schema[schema]: revision for schema, revision in versions.items()}
-        plan = sorted(slug for slug, revision in before.items() if revision != migration.target)
+        plan = sorted(
+            slug
+            for slug, revision in before.items()
+            # One tenant named is always visited: that corrects a wrong registry copy too.
+            if revision != migration.target or slug == self.tenant
+        )
+        planned = set(plan)
         skipped = [
             TenantReport(
                 tenant=slug,
@@ -273,7 +293,7 @@ class _Run:
                 outcome=Outcome.SKIPPED,
             )
             for slug, revision in before.items()
-            if revision == migration.target
+            if slug not in planned
         ]
         result = self._dispatch(migration, plan)
         reports = [*skipped, *result.reports, *self._settle(result, before, migration.target)]

@@ -23,6 +23,10 @@ tenants = sa.Table(
     sa.Column(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    # The tenant schema's Alembic revision (NULL: base), written in the same transaction as the
+    # schema's own alembic_version by every migration (dms.migrations.registry): fleet status
+    # and a no-op upgrade read this one table instead of 10,000 version tables.
+    sa.Column("revision", sa.Text, nullable=True),
     sa.UniqueConstraint("schema_name"),
     sa.CheckConstraint(f"slug ~ '^{TENANT_SLUG_PATTERN}$'", name="slug_format"),
     sa.CheckConstraint("schema_name = 'tenant_' || slug", name="schema_name_from_slug"),

@@ -201,6 +201,28 @@ def revisions(engine: Engine, *schemas: str) -> dict[str, str | None]:
         return read_versions(conn, schemas)
 
 
+def registry_revisions(engine: Engine) -> dict[str, str | None] | None:
+    """The registry's copy of each tenant's revision, by schema (``None``: no such column)."""
+    with engine.connect() as conn:
+        has_column = conn.scalar(
+            sa.text(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'dms' "
+                "AND table_name = 'tenants' AND column_name = 'revision'"
+            )
+        )
+        if not has_column:
+            return None
+        rows = conn.execute(sa.text("SELECT schema_name, revision FROM dms.tenants"))
+        return {str(schema): revision for schema, revision in rows}
+
+
+def assert_registry_matches(engine: Engine) -> None:
+    """Where the registry records revisions, it says what every tenant's version table says."""
+    recorded = registry_revisions(engine)
+    if recorded is not None:
+        assert recorded == revisions(engine, *recorded)
+
+
 def schema_exists(engine: Engine, schema: str) -> bool:
     """Whether ``schema`` is in the catalog."""
     with engine.connect() as conn:

@@ -21,6 +21,7 @@ from tests.migrations.fingerprint import (
     TENANTS,
     DdlAudit,
     Fingerprint,
+    assert_registry_matches,
     fingerprint,
     revisions,
     schema_exists,
@@ -69,7 +70,9 @@ def test_fleet_step_up_and_down_restores_every_schema(
 
     migrations.upgrade(fleet, revision)
     upgraded = revisions(fleet, *SCHEMAS)
+    assert_registry_matches(fleet)
     migrations.downgrade(fleet, previous or "base")
+    assert_registry_matches(fleet)
 
     assert upgraded[SHARED_SCHEMA] == revision
     # At base the shared downgrade drops the registry and with it every tenant schema.
@@ -91,12 +94,14 @@ def test_tenant_step_up_and_down_restores_the_tenant(
 
     migrations.upgrade(fleet, revision, tenant="alpha")
     upgraded = _fingerprints(fleet)
+    assert_registry_matches(fleet)
     assert revisions(fleet, *SCHEMAS) == {
         SHARED_SCHEMA: HEAD,
         "tenant_alpha": revision,
         "tenant_bravo": HEAD,
     }
     migrations.downgrade(fleet, previous or "base", tenant="alpha")
+    assert_registry_matches(fleet)
 
     if revision == HEAD:
         # Built step by step, a tenant equals one that was created at head.
