@@ -8,12 +8,14 @@ A worker's claim in one round trip is :func:`dms.jobs.pipeline.claim_batch`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from dms.errors import ValidationError
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import Job
 from dms.jobs.rows import claimed_jobs, job_of_row
@@ -21,9 +23,16 @@ from dms.jobs.statements import (
     claim_statement,
     queue_order_statement,
     reclaim_statement,
+    release_unheld_statement,
     restore_order_statement,
 )
-from dms.jobs.validation import require_claim, require_flag, require_int, require_names
+from dms.jobs.validation import (
+    require_claim,
+    require_flag,
+    require_int,
+    require_name,
+    require_names,
+)
 
 #: How long a claim holds a job before another worker may take it over.
 LEASE_SECONDS = 30
@@ -122,4 +131,25 @@ def reclaim_expired(
     if kinds is not None:
         params["kinds"] = list(kinds)
     rows = connection_of(target).execute(reclaim_statement(kinds is not None), params).all()
+    return [job_of_row(row) for row in rows]
+
+
+def release_unheld(target: Executor, worker_id: str, *, held: Collection[uuid.UUID]) -> list[Job]:
+    """Give back the jobs ``running`` under ``worker_id`` but not in ``held``; return them.
+
+    For a worker that may have lost track of jobs it claimed: a claim whose ``COMMIT`` went
+    through but whose reply was lost with the connection, an outcome it gave up recording.
+    Without this they would stay ``running`` until their lease expired, and then count as an
+    attempt they never made. Each goes back to ``queued`` as :func:`~dms.jobs.release` puts
+    a job back, its attempt not counted. Only the worker itself may call this, and only while
+    no claim of its own is in flight: a claim committed but not yet in ``held`` would be
+    released under it (its late acknowledgement then raises :class:`~dms.errors.LeaseLost`).
+    """
+    require_name("worker_id", worker_id)
+    ids = list(held)
+    if not all(isinstance(job_id, uuid.UUID) for job_id in ids):
+        raise ValidationError("held must hold job ids (uuid.UUID)")
+    rows = connection_of(target).execute(
+        release_unheld_statement(), {"worker_id": worker_id, "held": ids}
+    )
     return [job_of_row(row) for row in rows]

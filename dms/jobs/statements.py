@@ -273,6 +273,27 @@ def reclaim_statement(filtered: bool) -> sa.Executable:
 
 
 @functools.cache
+def release_unheld_statement() -> sa.Executable:
+    """Give back the ``running`` jobs of ``:worker_id`` whose ids are not in ``:held``.
+
+    As a release does: ``queued`` again, the attempt not counted. A worker's own jobs it lost
+    track of (see :func:`dms.jobs.claims.release_unheld`); served by
+    ``ix_processing_jobs_lease`` (running rows only).
+    """
+    held = sa.bindparam("held", type_=ARRAY(sa.Uuid))
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.locked_by == sa.bindparam("worker_id", type_=sa.Text),
+            sa.not_(jobs.c.id == sa.any_(held)),
+        )
+        .values(state=JobState.QUEUED.value, attempts=jobs.c.attempts - 1, lease_expires_at=None)
+        .returning(*jobs.c)
+    )
+
+
+@functools.cache
 def claim_statement(filtered: bool) -> sa.Executable:
     """Claim up to ``:limit`` queued jobs and return them as one document.
 

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import LeaseLost, ValidationError
+from dms.jobs.claims import release_unheld
 from dms.jobs.tables import processing_jobs
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import wait_for
@@ -179,3 +180,28 @@ def test_claim_batch_takes_queued_jobs_in_queue_order(
 def test_prefetch_must_be_a_non_negative_integer(engine: Engine) -> None:
     with pytest.raises(ValidationError):
         jobs.Worker(engine, {"k": lambda uow, job: None}, prefetch=-1)
+
+
+def test_a_worker_gives_back_the_jobs_it_runs_but_does_not_hold(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    """release_unheld, the sweep of a worker that lost a claim's reply."""
+    name = f"w-{uuid.uuid4().hex[:8]}"
+    held = _claimed(engine, kind, tenant, name)
+    lost = _claimed(engine, kind, tenant, name)
+    others = _claimed(engine, kind, tenant, f"{name}-other")
+    with engine.begin() as conn:
+        (released,) = release_unheld(conn, name, held={held.id})
+    assert (released.id, released.state, released.attempts) == (lost.id, jobs.JobState.QUEUED, 0)
+    assert (released.lease_expires_at, released.errors) == (None, ())
+    with engine.connect() as conn:
+        assert jobs.get(conn, held.id).state is jobs.JobState.RUNNING
+        assert jobs.get(conn, others.id).state is jobs.JobState.RUNNING
+    with engine.begin() as conn, pytest.raises(LeaseLost):
+        jobs.complete(conn, lost)  # the lost claim's late acknowledgement changes nothing
+
+
+@pytest.mark.parametrize("held", [["not-a-uuid"], [None]])
+def test_release_unheld_refuses_what_is_not_a_job_id(engine: Engine, held: list[object]) -> None:
+    with engine.begin() as conn, pytest.raises(ValidationError, match="job ids"):
+        release_unheld(conn, "w1", held=held)  # type: ignore[arg-type]

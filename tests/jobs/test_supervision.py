@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 from sqlalchemy.engine import Engine
 
 from dms import jobs
+from dms.jobs.pipeline import claim_batch
 from dms.jobs.worker import JobUnitOfWork
 from dms.metrics import WorkerCollector, registry_for
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
@@ -183,3 +184,44 @@ def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
         assert count_jobs(conn, kind, "running") == 0
         assert count_jobs(conn, kind, "done") + count_jobs(conn, kind, "queued") == len(ids)
     assert worker.stats().held == 0
+
+
+def _losing_first_claim(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make the worker's first claim commit but lose its result, as a connection cut after
+    ``COMMIT`` and before the reply does: the jobs are ``running`` under the worker's name and
+    the worker does not know it holds them. Returns the number of jobs each lost claim took."""
+    lost: list[int] = []
+
+    def claim_then_lose(conn: sa.Connection, *args: object, **kwargs: object) -> list[jobs.Job]:
+        claimed = claim_batch(conn, *args, **kwargs)  # type: ignore[arg-type]
+        if lost or not claimed:
+            return claimed
+        lost.append(len(claimed))
+        conn.invalidate()
+        raise sa.exc.OperationalError("claim", {}, Exception("the connection is lost"))
+
+    monkeypatch.setattr("dms.jobs.worker.claimer.claim_batch", claim_then_lose)
+    return lost
+
+
+def test_jobs_of_a_claim_whose_reply_was_lost_are_released_not_held(
+    engine: Engine, effects: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI fault: a terminated connection after the claim's COMMIT left its jobs running
+    until their lease expired, recorded as a failed attempt they never made."""
+    ids = _enqueue(engine, kind, effects, [{}] * 6)
+    lost = _losing_first_claim(monkeypatch)
+    # A lease longer than the wait: only a release, not its expiry, can finish the jobs.
+    worker = jobs.Worker(
+        engine, {kind: _record_effect}, concurrency=2, poll_seconds=0.1, lease=timedelta(hours=1)
+    )
+    with worker:
+        wait_for(lambda: all(_finished(engine, job_id) for job_id in ids))
+        stats = worker.stats()
+    assert lost
+    assert lost[0] > 0
+    assert stats.released == lost[0]
+    for job_id in ids:
+        job = _job(engine, job_id)
+        assert (job.state, job.attempts, job.errors) == (jobs.JobState.DONE, 1, ())
+        assert count_effects(engine, effects, job_id) == 1

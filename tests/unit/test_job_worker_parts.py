@@ -146,6 +146,56 @@ def test_room_comes_back_as_claims_are_settled() -> None:
     assert book.reserve(stopping, timeout=0.01, now=0.0) == 2
 
 
+def test_no_sweep_is_due_until_a_claim_fails_or_an_outcome_is_given_up() -> None:
+    book = _book()
+    (claim,) = book.claimed([_job()], reserved=0)
+    book.settled([claim])
+    assert book.begin_sweep(timeout=0.01) is None
+    book.suspect()
+    assert book.begin_sweep(timeout=0.01) == frozenset()
+    book.end_sweep(clean=True)
+    assert book.begin_sweep(timeout=0.01) is None  # done once
+    (given_up,) = book.claimed([_job()], reserved=0)
+    book.settled([given_up], lost_track=True)
+    assert book.begin_sweep(timeout=0.01) == frozenset()  # not held: the sweep finds it
+
+
+def test_a_sweep_keeps_what_is_held_and_is_due_again_if_it_failed() -> None:
+    book = _book()
+    held = _job()
+    book.claimed([held], reserved=0)
+    book.suspect()
+    assert book.begin_sweep(timeout=0.01) == {held.id}
+    book.end_sweep(clean=False)
+    assert book.begin_sweep(timeout=0.01) == {held.id}
+
+
+def test_a_sweep_waits_for_claims_in_flight_and_claims_wait_for_the_sweep() -> None:
+    """A claim committed but not yet booked would be taken for lost."""
+    stopping = threading.Event()
+    book = _book(runners=4)
+    reserved = book.reserve(stopping, timeout=0.01, now=0.0)
+    book.suspect()
+    assert book.begin_sweep(timeout=0.01) is None  # a claim is in flight
+    book.claimed([], reserved=reserved)
+    assert book.begin_sweep(timeout=0.01) == frozenset()
+    assert book.reserve(stopping, timeout=0.01, now=0.0) == 0  # no claim during the sweep
+    book.end_sweep(clean=True)
+    assert book.reserve(stopping, timeout=0.01, now=0.0) > 0
+
+
+def test_a_sweep_starts_as_soon_as_the_claim_in_flight_is_booked() -> None:
+    stopping = threading.Event()
+    book = _book(runners=4)
+    reserved = book.reserve(stopping, timeout=0.01, now=0.0)
+    book.suspect()
+    job = _job()
+    booking = threading.Timer(0.05, lambda: book.claimed([job], reserved=reserved))
+    booking.start()
+    assert book.begin_sweep(timeout=10) == {job.id}
+    booking.join()
+
+
 # --- the completer's batching -------------------------------------------------------------
 
 

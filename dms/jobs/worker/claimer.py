@@ -7,6 +7,12 @@ expired (:func:`~dms.jobs.reclaim_expired`) every quarter of the lease and, at m
 poll interval, whenever a claim finds nothing: the claim itself stays one index scan of
 queued rows. Database errors are logged and retried with a fresh connection, waiting longer
 after each (up to a few seconds).
+
+A failed claim may have committed all the same (the connection cut after ``COMMIT``, before the
+reply): its jobs run under this worker's name and no part of it knows. So after a failed claim,
+and after any part gave up recording an outcome, a claimer **sweeps** before it claims again
+(:meth:`~.claims.ClaimBook.begin_sweep`, :func:`~dms.jobs.claims.release_unheld`): those jobs go
+back to the queue at once instead of waiting out their lease, and count as released.
 """
 
 from __future__ import annotations
@@ -15,17 +21,20 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Collection
 from datetime import timedelta
+from functools import partial
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms.jobs.claims import reclaim_expired
+from dms.jobs.claims import reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
 from dms.jobs.pipeline import claim_batch
 from dms.jobs.worker.claims import Claim, ClaimBook
 from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,7 @@ class Claimer:
         lease: timedelta,
         ready: queue.SimpleQueue[Claim],
         book: ClaimBook,
+        tally: Tally,
         wakeup: Wakeup,
         stopping: threading.Event,
         poll_seconds: float,
@@ -59,6 +69,7 @@ class Claimer:
         self._lease = lease
         self._ready = ready
         self._book = book
+        self._tally = tally
         self._wakeup = wakeup
         self._stopping = stopping
         self._poll_seconds = poll_seconds
@@ -78,7 +89,10 @@ class Claimer:
         """Nothing to settle: claims are handed out as soon as they are made."""
 
     def claim_once(self) -> None:
-        """Wait for room, claim into it, then sleep until woken if the queue is drained."""
+        """Sweep if due; wait for room, claim into it; sleep until woken if the queue is drained."""
+        held = self._book.begin_sweep(timeout=self._poll_seconds)
+        if held is not None:
+            self._sweep(held)
         seen = self._wakeup.generation
         limit = self._book.reserve(self._stopping, timeout=self._poll_seconds, now=time.monotonic())
         if limit == 0:
@@ -87,9 +101,8 @@ class Claimer:
         try:
             jobs = self._claim(limit)
         except sa.exc.DBAPIError as exc:
-            self._failures += 1
-            log.warning("worker %s: claim failed (%s); retrying", self._worker_id, exc.orig)
-            self._stopping.wait(RETRY_SECONDS * 2 ** min(self._failures, RETRY_DOUBLINGS))
+            self._book.suspect()
+            self._failed("claim failed", exc)
             return
         finally:
             for claim in self._book.claimed(jobs, reserved=limit):
@@ -97,6 +110,36 @@ class Claimer:
         self._failures = 0
         if len(jobs) < limit:  # the queue is drained: sleep until told or polling
             self._wakeup.wait(seen, self._poll_seconds)
+
+    def _failed(self, what: str, exc: sa.exc.DBAPIError) -> None:
+        """Log ``exc`` and wait longer after each failure in a row."""
+        self._failures += 1
+        log.warning("worker %s: %s (%s); retrying", self._worker_id, what, exc.orig)
+        self._stopping.wait(RETRY_SECONDS * 2 ** min(self._failures, RETRY_DOUBLINGS))
+
+    def _sweep(self, held: frozenset[uuid.UUID]) -> None:
+        """Give back the jobs running under this worker's name that it does not hold."""
+        released: list[Job] = []
+        try:
+            released = self._session.run(partial(self._release_unheld, held))
+        except sa.exc.DBAPIError as exc:
+            self._book.end_sweep(clean=False)
+            self._failed("looking for claims it lost track of failed", exc)
+            return
+        self._book.end_sweep(clean=True)
+        self._tally.add("released", len(released))
+        for job in released:
+            log.warning(
+                "worker %s: job %s (attempt %d) was claimed but lost track of (a reply or an "
+                "outcome lost with a connection); released",
+                self._worker_id,
+                job.id,
+                job.attempts + 1,
+            )
+
+    def _release_unheld(self, held: frozenset[uuid.UUID], conn: Connection) -> list[Job]:
+        with conn.begin():
+            return release_unheld(conn, self._worker_id, held=held)
 
     def _claim(self, limit: int) -> list[Job]:
         if time.monotonic() - self._last_reclaim >= self._reclaim_every:

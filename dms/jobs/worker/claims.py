@@ -9,12 +9,18 @@ other (issue 10, bug 1).
 The :class:`ClaimBook` is the worker's shared state, behind one lock: which claims are held
 (their leases renewed), which run, which wait for the batch completer, and how much room the
 claim window (:mod:`.window`) leaves for the next claim. It runs no SQL.
+
+It also knows when the database may hold claims it does not: a claim whose reply was lost
+with its connection (its ``COMMIT`` may have gone through), an outcome given up. A claimer
+then **sweeps** (:meth:`ClaimBook.begin_sweep`): with no claim in flight, it gives back the
+jobs running under the worker's name that the book does not hold.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import uuid
 from collections.abc import Sequence
 
 from dms.jobs.model import Job
@@ -58,6 +64,8 @@ class ClaimBook:
         self._finished = 0
         self._claiming = 0
         self._waiting = 0
+        self._suspect = False
+        self._sweeping = False
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
 
@@ -75,12 +83,15 @@ class ClaimBook:
             self._waiting += 1
             try:
                 self._room.wait_for(
-                    lambda: self._room_left() >= self._claim_size() or stopping.is_set(),
+                    lambda: (
+                        (self._room_left() >= self._claim_size() and not self._sweeping)
+                        or stopping.is_set()
+                    ),
                     timeout=timeout,
                 )
             finally:
                 self._waiting -= 1
-            if stopping.is_set():
+            if stopping.is_set() or self._sweeping:
                 return 0
             limit = min(self._batch_size, max(0, self._room_left()))
             self._claiming += limit
@@ -98,7 +109,9 @@ class ClaimBook:
             self._claiming -= reserved
             for claim in claims:
                 self._held[claim.token] = claim
-            if len(claims) < reserved:
+            if self._sweeping:
+                self._room.notify_all()  # the sweep waits for claims in flight
+            elif len(claims) < reserved:
                 self._wake_claimers()  # room this claim did not use: another claimer may
         return claims
 
@@ -164,11 +177,17 @@ class ClaimBook:
             for claim in claims:
                 claim.settling = True
 
-    def settled(self, claims: Sequence[Claim]) -> None:
-        """Let ``claims`` go: recorded, or given up (their leases then expire)."""
+    def settled(self, claims: Sequence[Claim], *, lost_track: bool = False) -> None:
+        """Let ``claims`` go: recorded, or given up (``lost_track``: then a sweep is due).
+
+        Dropped and marked for a sweep under one lock: a sweep that began before knows them
+        held, one that begins after finds them running and not held.
+        """
         with self._lock:
             for claim in claims:
                 self._drop(claim)
+            if lost_track and claims:
+                self._suspect = True
             self._wake_claimers()
 
     def _drop(self, claim: Claim) -> None:
@@ -205,6 +224,44 @@ class ClaimBook:
             self._drop(claim)
             self._wake_claimers()
             return True
+
+    # --- claims the book may not know ---------------------------------------------------
+
+    def suspect(self) -> None:
+        """Note that a claim failed: its ``COMMIT`` may have gone through without its reply.
+
+        The next :meth:`begin_sweep` finds those jobs, if any, and they are given back.
+        """
+        with self._lock:
+            self._suspect = True
+
+    def begin_sweep(self, *, timeout: float) -> frozenset[uuid.UUID] | None:
+        """If a sweep is due, stop claims and return the ids of the jobs held; else None.
+
+        The sweep starts once no claim is in flight (up to ``timeout``; None if one still is:
+        its jobs are not in the book yet, and would be taken for lost). Claims wait until
+        :meth:`end_sweep`.
+        """
+        with self._room:
+            if not self._suspect or self._sweeping:
+                return None
+            self._sweeping = True
+            if not self._room.wait_for(lambda: self._claiming == 0, timeout=timeout):
+                self._end_sweep(clean=False)
+                return None
+            self._suspect = False
+            return frozenset(claim.job.id for claim in self._held.values())
+
+    def end_sweep(self, *, clean: bool) -> None:
+        """Let claims go on; ``clean``: the sweep was done (else another is due)."""
+        with self._room:
+            self._end_sweep(clean=clean)
+
+    def _end_sweep(self, *, clean: bool) -> None:
+        self._sweeping = False
+        if not clean:
+            self._suspect = True
+        self._room.notify_all()
 
     # --- inspection -----------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 One fenced statement (:func:`~dms.jobs.complete_many`) completes everything that waits, up
 to a batch; each job is matched on its own claim, so a job reclaimed meanwhile is left alone
-and reported. If a batch cannot be recorded its claims are let go: their leases expire and
-the jobs run again (at-least-once delivery for handlers without writes).
+and reported. If a batch cannot be recorded its claims are let go: a claimer's sweep gives
+the jobs back (or their leases expire) and they run again (at-least-once delivery for handlers
+without writes).
 """
 
 from __future__ import annotations
@@ -95,12 +96,12 @@ class Completer:
             self._session.close()
 
     def salvage(self, error: BaseException) -> None:
-        """After a failure: let the batch under way go (its leases expire, the jobs rerun)."""
+        """After a failure: let the batch under way go (swept or expired, the jobs rerun)."""
         claims, self.current = self.current, []
         if self._carried is not None:
             self._acks.put(self._carried)
             self._carried = None
-        self._book.settled(claims)
+        self._book.settled(claims, lost_track=True)
         self._tally.add("abandoned", len(claims))
 
     def _next(self, timeout: float) -> Claim | None:
@@ -119,12 +120,15 @@ class Completer:
             return None
 
     def _complete(self, batch: list[Claim]) -> None:
-        """Complete ``batch``; if it cannot be recorded, the leases expire and the jobs rerun."""
+        """Complete ``batch``; if it cannot be recorded, the jobs are swept and rerun."""
         self._book.settling(batch)
+        outcome: Completion | None = None
         try:
             outcome = self._attempt(batch)
         finally:
-            self._book.settled(batch)
+            # Not completed (given up, or an exception: then salvaged), a claimer's sweep gives
+            # the jobs back.
+            self._book.settled(batch, lost_track=outcome is None)
         if outcome is None:
             log.warning("worker %s: giving up completing %d jobs", self._name, len(batch))
             self._tally.add("abandoned", len(batch))

@@ -2,8 +2,9 @@
 
 Every settle is fenced (see :mod:`dms.jobs.settlement`): a claim whose lease was lost changes
 nothing. Dropped connections are retried a few times; an outcome that cannot be recorded is
-given up, and the claim is let go: its lease is renewed no more, so it expires and the job is
-reclaimed (by this worker or another), never held.
+given up, and the claim is let go: its lease is renewed no more, and the next sweep of a
+claimer (:mod:`.claimer`) gives the job back, or, if the database stays out of reach, its lease
+expires and it is reclaimed (by this worker or another): never held.
 
 A failure whose text PostgreSQL refuses (NUL, lone surrogates: issue 10, bug 2) or whose
 backoff cannot be computed is recorded a second time with :func:`printable_error`, the
@@ -17,8 +18,7 @@ import enum
 import logging
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import sqlalchemy as sa
@@ -109,39 +109,49 @@ class Settler:
         """
         job = claim.job
         backoff = self._backoff.get(job.kind)
-        with self._settling(claim):
+
+        def record() -> _Outcome:
             outcome = self._record(
                 job, "fail", lambda conn: fail(conn, job, error, backoff=backoff, retry=retry)
             )
             if outcome is _Outcome.REFUSED and isinstance(error, BaseException):
                 outcome = self._record(job, "fail", _printable_failure(job, error))
-            self._count("failed", outcome)
+            return outcome
+
+        self._settle(claim, "failed", record)
 
     def fail_printably(self, claim: Claim, error: BaseException) -> None:
         """Record ``error`` escaped, with the default backoff: when nothing else records."""
-        with self._settling(claim):
-            self._count(
-                "failed", self._record(claim.job, "fail", _printable_failure(claim.job, error))
-            )
+        self._settle(
+            claim,
+            "failed",
+            partial(self._record, claim.job, "fail", _printable_failure(claim.job, error)),
+        )
 
     def release(self, claim: Claim) -> None:
         """Give ``claim`` back without counting its attempt (a stop, a dropped connection)."""
-        with self._settling(claim):
-            self._count(
-                "released", self._record(claim.job, "release", partial(_release, claim.job))
-            )
+        self._settle(
+            claim,
+            "released",
+            partial(self._record, claim.job, "release", partial(_release, claim.job)),
+        )
 
-    @contextmanager
-    def _settling(self, claim: Claim) -> Iterator[None]:
-        """Renew ``claim`` no more while settling it, and let it go afterwards, whatever happens.
+    def _settle(self, claim: Claim, counter: str, record: Callable[[], _Outcome]) -> None:
+        """Renew ``claim`` no more while ``record`` settles it, then let it go, whatever happens.
 
-        Not recorded, its lease expires and the job is reclaimed: never held.
+        The outcome is counted under ``counter``. Not recorded, the job is given back by a
+        claimer's sweep (or reclaimed when its lease expires): never held. An exception from
+        ``record`` asks for no sweep: it reaches the supervisor, whose salvage records the
+        failure (:meth:`fail_printably`).
         """
         self._book.settling([claim])
         try:
-            yield
-        finally:
+            outcome = record()
+        except BaseException:
             self._book.settled([claim])
+            raise
+        self._book.settled([claim], lost_track=outcome is _Outcome.UNRECORDED)
+        self._count(counter, outcome)
 
     def _count(self, recorded: str, outcome: _Outcome) -> None:
         if outcome is _Outcome.RECORDED:

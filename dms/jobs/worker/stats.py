@@ -32,11 +32,13 @@ class WorkerStats:
     failed: int
     """Failed attempts this worker recorded."""
     released: int
-    """Jobs this worker released (given back without an attempt counted)."""
+    """Jobs this worker released (given back without an attempt counted): at a stop, after a
+    dropped connection, or swept (claimed or abandoned, then found running under its name)."""
     lost: int
     """Jobs whose lease this worker found lost (another worker reclaimed them)."""
     abandoned: int
-    """Jobs whose outcome could not be recorded: left to lease expiry and a reclaim."""
+    """Jobs whose outcome could not be recorded: released by the next sweep, or, if the
+    database stays out of reach, left to lease expiry and a reclaim."""
 
 
 class Tally:

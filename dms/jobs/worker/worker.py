@@ -173,6 +173,7 @@ class Worker(Generic[U]):
             lease=self._lease,
             ready=self._ready,
             book=self._book,
+            tally=self._tally,
             wakeup=self._wakeup,
             stopping=self._stopping,
             poll_seconds=self._poll_seconds,
