@@ -165,9 +165,9 @@ def test_a_sweep_keeps_what_is_held_and_is_due_again_if_it_failed() -> None:
     held = _job()
     book.claimed([held], reserved=0)
     book.suspect()
-    assert book.begin_sweep(timeout=0.01) == {held.id}
+    assert book.begin_sweep(timeout=0.01) == frozenset({held.id})
     book.end_sweep(clean=False)
-    assert book.begin_sweep(timeout=0.01) == {held.id}
+    assert book.begin_sweep(timeout=0.01) == frozenset({held.id})
 
 
 def test_a_sweep_waits_for_claims_in_flight_and_claims_wait_for_the_sweep() -> None:
@@ -192,7 +192,7 @@ def test_a_sweep_starts_as_soon_as_the_claim_in_flight_is_booked() -> None:
     job = _job()
     booking = threading.Timer(0.05, lambda: book.claimed([job], reserved=reserved))
     booking.start()
-    assert book.begin_sweep(timeout=10) == {job.id}
+    assert book.begin_sweep(timeout=10) == frozenset({job.id})
     booking.join()
 
 
