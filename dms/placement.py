@@ -15,6 +15,7 @@ raises :class:`~dms.errors.ClusterError`.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import citus, tenancy
@@ -42,8 +43,10 @@ def move_tenant(
     Raises :class:`~dms.errors.InvalidTenantName` before any SQL,
     :class:`~dms.errors.TenantNotFound` if it is not registered, and
     :class:`~dms.errors.ClusterError` off Citus, for an unknown node, or for a node that
-    holds no tenants (the coordinator, unless it was added to hold shards). Moving a tenant to
-    the node it is on does nothing.
+    holds no tenants (the coordinator, unless it was added to hold shards), and when Citus
+    refuses the move (:attr:`~dms.citus.TransferMode.FORCE_LOGICAL` without ``wal_level =
+    logical``, a node down): the tenant then stays where it was. Moving a tenant to the node it
+    is on does nothing.
     """
     schema = tenancy.schema_name(slug)
     with engine.connect() as conn:
@@ -60,5 +63,15 @@ def move_tenant(
     if source != target:
         # Outside any transaction of ours: Citus commits the move in steps of its own.
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            citus.move_schema(conn, schema, target, mode)
+            try:
+                citus.move_schema(conn, schema, target, mode)
+            except sa.exc.DBAPIError as exc:
+                # Citus's own refusals (an online move without wal_level = logical, a node
+                # down): it leaves the tenant where it was.
+                lines = str(exc.orig).strip().splitlines()
+                reason = lines[0] if lines else type(exc.orig).__name__
+                raise ClusterError(
+                    f"moving tenant {slug!r} to {target.name} failed, it stays on "
+                    f"{source.name}: {reason}"
+                ) from exc
     return source

@@ -1,6 +1,7 @@
 """Moving a tenant to another node while a Worker runs its jobs and its users write.
 
-On a Citus cluster the tenant moves (``citus_schema_move``, writes waiting during the copy);
+On a Citus cluster the tenant moves (``citus_schema_move``), its writes waiting during the copy
+or, online, only at the switch (logical replication: the nodes need ``wal_level = logical``);
 on plain PostgreSQL the move is refused with :class:`ClusterError` before anything changes.
 On both, the work around it must be whole: every job done exactly once, every committed
 write present, the data written before the move identical after it.
@@ -88,19 +89,25 @@ def _other_node(engine: Engine, tenant: str) -> str:
         return next(n.name for n in citus.nodes(conn) if n.holds_shards and n != here)
 
 
-def _move(engine: Engine, tenant: str, to: str) -> None:
+def _move(engine: Engine, tenant: str, to: str, mode: citus.TransferMode) -> None:
     with engine.connect() as conn:
         on_citus = citus.is_citus(conn)
     if not on_citus:
         with pytest.raises(ClusterError, match="not a Citus cluster"):
-            placement.move_tenant(engine, tenant, to)
+            placement.move_tenant(engine, tenant, to, mode=mode)
         return
-    placement.move_tenant(engine, tenant, to)
+    placement.move_tenant(engine, tenant, to, mode=mode)
     assert placement.tenant_nodes(engine)[tenant].name == to
 
 
+@pytest.mark.parametrize(
+    "mode",
+    # Online (logical replication) needs wal_level = logical on the nodes: .ci/run sets it.
+    [citus.TransferMode.BLOCK_WRITES, citus.TransferMode.FORCE_LOGICAL],
+    ids=["writes wait", "online"],
+)
 def test_a_tenant_moves_while_its_jobs_run_and_its_users_write(
-    engine: Engine, effects: str, kind: str, user_id: uuid.UUID
+    engine: Engine, effects: str, kind: str, user_id: uuid.UUID, mode: citus.TransferMode
 ) -> None:
     tenant = effects
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
@@ -115,7 +122,7 @@ def test_a_tenant_moves_while_its_jobs_run_and_its_users_write(
     with jobs.Worker(engine, {kind: _record}, concurrency=2, poll_seconds=0.1):
         writer.start()
         wait_for(lambda: len(writer.committed) >= 2 * WRITES_PER_ROUND)
-        _move(engine, tenant, to)
+        _move(engine, tenant, to, mode)
         moved_at = len(writer.committed)
         wait_for(lambda: len(writer.committed) >= moved_at + 2 * WRITES_PER_ROUND)
         writer.stop.set()
@@ -144,3 +151,29 @@ def test_moving_to_an_unknown_node_or_an_unknown_tenant_is_refused(
         placement.move_tenant(engine, tenant, "127.0.0.1:1")
     with pytest.raises((TenantNotFound, ClusterError)):
         placement.move_tenant(engine, "t" + uuid.uuid4().hex[:12], "127.0.0.1:1")
+
+
+def test_a_move_citus_refuses_leaves_the_tenant_where_it_was(engine: Engine, tenant: str) -> None:
+    # A table without a replica identity in the tenant's schema: Citus refuses to move it by
+    # logical replication in the automatic mode (UPDATE and DELETE could not be replicated).
+    keyless = sa.Table(
+        "keyless", sa.MetaData(), sa.Column("n", sa.Integer), schema=tenancy.schema_name(tenant)
+    )
+    with engine.begin() as conn:
+        keyless.create(conn)
+        conn.execute(sa.insert(keyless), [{"n": n} for n in range(3)])
+    to = _other_node(engine, tenant)
+    with engine.connect() as conn:
+        on_citus = citus.is_citus(conn)
+    if not on_citus:
+        with pytest.raises(ClusterError, match="not a Citus cluster"):
+            placement.move_tenant(engine, tenant, to, mode=citus.TransferMode.AUTO)
+        return
+    here = placement.tenant_nodes(engine)[tenant].name
+
+    with pytest.raises(ClusterError, match=f"stays on {here}: .*REPLICA IDENTITY"):
+        placement.move_tenant(engine, tenant, to, mode=citus.TransferMode.AUTO)
+
+    assert placement.tenant_nodes(engine)[tenant].name == here
+    with engine.connect() as conn:
+        assert sorted(conn.scalars(sa.select(keyless.c.n))) == [0, 1, 2]
