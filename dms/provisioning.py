@@ -88,6 +88,7 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         if check_users:
             require_users_table(conn, settings)
         tenancy.set_lock_timeout(conn, settings)
+        tenancy.note_served(conn, slug)
         tenant = tenancy.register(conn, slug)
         conn.execute(CreateSchema(schema))
         # On Citus, before the tables: each is then created distributed, which measured about
@@ -116,6 +117,7 @@ def _drop(engine: Engine, slug: str) -> str | None:
     schema = tenancy.schema_name(slug)
     with engine.begin() as conn:
         tenancy.set_lock_timeout(conn)
+        tenancy.note_served(conn, slug)
         tenancy.unregister(conn, slug)
         before = read_versions(conn, [schema])[schema]
         conn.execute(DropSchema(schema, cascade=True, if_exists=True))

@@ -9,8 +9,9 @@ from one tenant to the next and the design works behind PgBouncer in transaction
 A server connection keeps a cache entry for every table and index it has touched, and never
 lets go of one: a pooled connection that serves every tenant of a 10,000-tenant fleet grows by
 that much (bench/results/fleet.md). :func:`route` therefore counts the tenants each connection
-has served, and :func:`limit_tenants_per_connection` (which :func:`dms.create_engine` applies)
-replaces a connection at checkout once it has served :data:`TENANTS_PER_CONNECTION`.
+has served (:func:`note_served` where a tenant is created, migrated or dropped), and
+:func:`limit_tenants_per_connection` (which :func:`dms.create_engine` applies) replaces a
+connection at checkout once it has served :data:`TENANTS_PER_CONNECTION`.
 
 The registry also keeps a copy of each tenant schema's Alembic revision (``revision``, from
 revision 0007 of the shared schema on): :func:`recorded_revisions` reads the whole fleet's in one
@@ -117,8 +118,18 @@ def route(conn: Connection, slug: str, settings: Settings | None = None) -> Conn
     """
     validate_slug(slug)  # before settings_of, which may read the environment
     routing = translate_map(slug, settings or settings_of(conn))
-    conn.connection.info.setdefault(_SERVED, set()).add(slug)
+    note_served(conn, slug)
     return conn.execution_options(schema_translate_map=routing)
+
+
+def note_served(conn: Connection, slug: str) -> None:
+    """Count ``slug`` among the tenants ``conn``'s server connection has served.
+
+    :func:`route` does it; so does whatever touches a tenant's tables without routing
+    (creating, migrating or dropping it), so that a fleet operation's long-lived connections
+    are replaced too (:func:`limit_tenants_per_connection`).
+    """
+    conn.connection.info.setdefault(_SERVED, set()).add(slug)
 
 
 def limit_tenants_per_connection(engine: Engine, limit: int = TENANTS_PER_CONNECTION) -> None:

@@ -142,6 +142,7 @@ def migrate_tenant(engine: Engine, migration: TenantMigration, slug: str) -> Ten
     try:
         with engine.begin() as conn:
             tenancy.set_lock_timeout(conn, settings)
+            tenancy.note_served(conn, slug)
             advisory_lock(conn, schema)
             # Read under the lock: a concurrent run may have moved it since the plan was made.
             before = read_versions(conn, [schema])[schema]

@@ -426,6 +426,33 @@ def test_a_connection_is_replaced_after_serving_its_share_of_tenants(
     assert backends[0] == backends[1] != backends[2] == backends[3]
 
 
+def test_creating_and_dropping_tenants_count_as_serving_them(
+    engine: Engine, new_tenant: Callable[[str], str]
+) -> None:
+    # A fleet operation creates (or drops) thousands of tenants on a few long-lived
+    # connections: each must be replaced after its share, like one that routes to them.
+    first, second = new_tenant(_slug()), new_tenant(_slug())
+    single = sa.create_engine(engine.url, pool_size=1, max_overflow=0)
+    tenancy.limit_tenants_per_connection(single, limit=2)
+
+    def backend() -> int:
+        with single.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.pg_backend_pid())) or 0)
+
+    try:
+        before = backend()
+        provisioning.create_tenant(single, first)
+        provisioning.create_tenant(single, second)
+        after_creating = backend()
+        provisioning.drop_tenant(single, first)
+        provisioning.drop_tenant(single, second)
+        after_dropping = backend()
+    finally:
+        single.dispose()
+
+    assert before != after_creating != after_dropping
+
+
 def test_dms_engines_replace_a_connection_after_their_share_of_tenants(
     database_url: URL,
 ) -> None:
