@@ -4,10 +4,8 @@ On Citus every tenant schema is a distributed schema placed whole on one node
 (:mod:`dms.citus`). :func:`tenant_nodes` says which node holds each tenant (one catalog query
 for the whole fleet); :func:`move_tenant` moves one with ``citus_schema_move``: Citus copies
 the shards, switches the placement and drops the old copy; dms never copies rows itself. Work
-on the tenant may go on meanwhile: with the default :attr:`TransferMode.BLOCK_WRITES`, its
-writes wait for the end of the copy (reads go on); with :attr:`TransferMode.AUTO` on nodes with
-``wal_level = logical``, only for the switch. Jobs, the registry and every other tenant are not
-touched.
+on the tenant may go on meanwhile: its writes wait for the end of the copy, its reads go on.
+Jobs, the registry and every other tenant are not touched.
 
 On plain PostgreSQL there is one server: :func:`tenant_nodes` is empty and :func:`move_tenant`
 raises :class:`~dms.errors.ClusterError`.
@@ -19,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import citus, tenancy
-from dms.citus import Node, TransferMode
+from dms.citus import Node
 from dms.errors import ClusterError
 
 
@@ -35,18 +33,15 @@ def tenant_nodes(engine: Engine) -> dict[str, Node]:
     }
 
 
-def move_tenant(
-    engine: Engine, slug: str, to: str, *, mode: TransferMode = TransferMode.BLOCK_WRITES
-) -> Node:
+def move_tenant(engine: Engine, slug: str, to: str) -> Node:
     """Move tenant ``slug`` to node ``to`` (``host:port``); return the node it was on.
 
     Raises :class:`~dms.errors.InvalidTenantName` before any SQL,
     :class:`~dms.errors.TenantNotFound` if it is not registered, and
     :class:`~dms.errors.ClusterError` off Citus, for an unknown node, or for a node that
     holds no tenants (the coordinator, unless it was added to hold shards), and when Citus
-    refuses the move (:attr:`~dms.citus.TransferMode.FORCE_LOGICAL` without ``wal_level =
-    logical``, a node down): the tenant then stays where it was. Moving a tenant to the node it
-    is on does nothing.
+    fails the move (a node down, a table in the way on the target): the tenant then stays
+    where it was. Moving a tenant to the node it is on does nothing.
     """
     schema = tenancy.schema_name(slug)
     with engine.connect() as conn:
@@ -64,10 +59,9 @@ def move_tenant(
         # Outside any transaction of ours: Citus commits the move in steps of its own.
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             try:
-                citus.move_schema(conn, schema, target, mode)
+                citus.move_schema(conn, schema, target)
             except sa.exc.DBAPIError as exc:
-                # Citus's own refusals (an online move without wal_level = logical, a node
-                # down): it leaves the tenant where it was.
+                # Citus rolls a failed move back and cleans the target up: the tenant stays.
                 lines = str(exc.orig).strip().splitlines()
                 reason = lines[0] if lines else type(exc.orig).__name__
                 raise ClusterError(

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Callable
 
 from dms import placement, provisioning, tenancy
-from dms.citus import TransferMode
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, print_problems, progress, read_names, run_fleet
 from dms.cli.output import add_json_flag, emit_json
@@ -53,17 +52,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "move",
         help="move a tenant to another node of a Citus cluster (citus_schema_move)",
         description="Citus copies the tenant's schema to the node, switches it and drops the "
-        "old copy; work on the tenant goes on (its writes wait during the copy, or with "
-        "--online only for the switch).",
+        "old copy; work on the tenant goes on (its writes wait during the copy).",
     )
     move.add_argument("slug", metavar="NAME", help="the tenant's key")
     move.add_argument("--to", required=True, metavar="HOST:PORT", help="the node, as in dms status")
-    move.add_argument(
-        "--online",
-        action="store_true",
-        help="copy by logical replication, so writes wait only for the switch "
-        "(needs wal_level = logical on the nodes)",
-    )
     move.set_defaults(run=_move)
 
     listing = tenant_commands.add_parser("list", help="list tenants")
@@ -179,8 +171,7 @@ def _conclude(report: FleetReport, as_json: bool, line: Callable[[FleetReport], 
 
 
 def _move(ctx: Context, args: argparse.Namespace) -> int:
-    mode = TransferMode.FORCE_LOGICAL if args.online else TransferMode.BLOCK_WRITES
-    source = placement.move_tenant(ctx.engine, args.slug, args.to, mode=mode)
+    source = placement.move_tenant(ctx.engine, args.slug, args.to)
     if source.name == args.to:
         print(f"tenant {args.slug} is already on {args.to}")
     else:

@@ -41,6 +41,11 @@ HELD = SLUGS[4:6]
 DONE_BEFORE = 4
 #: Seconds any one wait in these tests may take.
 BOUND = 60
+#: How long a migration waits for a held tenant's lock (``DMS_LOCK_TIMEOUT_MS``): long enough
+#: that the test's signal, on a loaded machine, finds the run still waiting (with the default
+#: 5 s, a Citus run under CI's load timed out on both held tenants before the test's Ctrl-C),
+#: short enough that a run left waiting ends within BOUND.
+LOCK_WAIT_MS = 30_000
 
 
 def _lock_key(slug: str) -> sa.ColumnElement[int]:
@@ -110,7 +115,7 @@ def _start(url: URL, argv: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         argv,
         cwd=REPO_ROOT,
-        env=alembic_env(url),
+        env=alembic_env(url, {"DMS_LOCK_TIMEOUT_MS": str(LOCK_WAIT_MS)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
