@@ -41,11 +41,6 @@ HELD = SLUGS[4:6]
 DONE_BEFORE = 4
 #: Seconds any one wait in these tests may take.
 BOUND = 60
-#: How long a migration waits for a held tenant's lock (``DMS_LOCK_TIMEOUT_MS``): long enough
-#: that the test's signal, on a loaded machine, finds the run still waiting (with the default
-#: 5 s, a Citus run under CI's load timed out on both held tenants before the test's Ctrl-C),
-#: short enough that a run left waiting ends within BOUND.
-LOCK_WAIT_MS = 30_000
 
 
 def _lock_key(slug: str) -> sa.ColumnElement[int]:
@@ -115,12 +110,28 @@ def _start(url: URL, argv: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         argv,
         cwd=REPO_ROOT,
-        env=alembic_env(url, {"DMS_LOCK_TIMEOUT_MS": str(LOCK_WAIT_MS)}),
+        env=alembic_env(url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
     )
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """Let the commands started here take Ctrl-C, whatever this test process inherited.
+
+    A job that a shell starts in the background (``.ci/run &``, nohup) ignores SIGINT, and
+    the children it starts inherit that: Python then never raises KeyboardInterrupt, and the
+    run a test interrupts would wait out its lock timeout instead. A handler (not "ignore")
+    here becomes the default action in every child at its exec.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _dms_migrate() -> list[str]:
