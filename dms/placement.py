@@ -40,8 +40,9 @@ def move_tenant(engine: Engine, slug: str, to: str) -> Node:
     :class:`~dms.errors.TenantNotFound` if it is not registered, and
     :class:`~dms.errors.ClusterError` off Citus, for an unknown node, or for a node that
     holds no tenants (the coordinator, unless it was added to hold shards), and when Citus
-    fails the move (a node down, a table in the way on the target): the tenant then stays
-    where it was. Moving a tenant to the node it is on does nothing.
+    fails the move (a node down, a table in the way on the target), naming the node the
+    tenant is on afterwards (Citus rolls a failed move back). Moving a tenant to the node it
+    is on does nothing.
     """
     schema = tenancy.schema_name(slug)
     with engine.connect() as conn:
@@ -61,11 +62,18 @@ def move_tenant(engine: Engine, slug: str, to: str) -> Node:
             try:
                 citus.move_schema(conn, schema, target)
             except sa.exc.DBAPIError as exc:
-                # Citus rolls a failed move back and cleans the target up: the tenant stays.
+                # Citus rolls a failed move back, but a lost connection leaves us not knowing
+                # how far it got: say where the tenant is, as the cluster says now.
                 lines = str(exc.orig).strip().splitlines()
                 reason = lines[0] if lines else type(exc.orig).__name__
                 raise ClusterError(
-                    f"moving tenant {slug!r} to {target.name} failed, it stays on "
-                    f"{source.name}: {reason}"
+                    f"moving tenant {slug!r} to {target.name} failed, it is on "
+                    f"{_where(engine, schema)}: {reason}"
                 ) from exc
     return source
+
+
+def _where(engine: Engine, schema: str) -> str:
+    with engine.connect() as conn:
+        node = citus.schema_nodes(conn).get(schema)
+    return node.name if node else "no node"

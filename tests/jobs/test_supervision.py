@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -127,7 +128,7 @@ def test_a_runner_whose_failure_cannot_be_recorded_is_replaced_and_the_job_faile
         wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
         # A finished job's claim leaves the book just after its commit (a CI run under load
         # read held=1 here): wait for the book and the replaced runner.
-        wait_for(lambda: (worker.stats().runners_alive, worker.stats().held) == (2, 0))
+        wait_for(lambda: _alive_and_held(worker) == (2, 0))
         stats = worker.stats()
         (later,) = _enqueue(engine, kind, effects, [{}])  # the worker still works
         wait_for(lambda: _finished(engine, later))
@@ -229,3 +230,8 @@ def test_jobs_of_a_claim_whose_reply_was_lost_are_released_not_held(
         job = _job(engine, job_id)
         assert (job.state, job.attempts, job.errors) == (jobs.JobState.DONE, 1, ())
         assert count_effects(engine, effects, job_id) == 1
+
+
+def _alive_and_held(worker: jobs.Worker[Any]) -> tuple[int, int]:
+    stats = worker.stats()
+    return stats.runners_alive, stats.held

@@ -173,7 +173,7 @@ def test_a_move_citus_fails_leaves_the_tenant_where_it_was(
         with target.begin() as conn:
             in_the_way.create(conn)
 
-        with pytest.raises(ClusterError, match=f"stays on {here}: .*{shard}"):
+        with pytest.raises(ClusterError, match=f"it is on {here}: .*{shard}"):
             placement.move_tenant(engine, tenant, to)
     finally:
         with target.begin() as conn:
