@@ -12,10 +12,11 @@ the schema, and a node refuses several commands in one).
 
 Why this is exact: the recording is the SQL the revisions emit against an empty schema on this
 server, the only case tenant creation has (the schema is new). Statements that only read the
-catalog (Alembic looking for its version table) are left out; everything that changes the
-schema, including the version row, is kept. The throwaway schema's name has an upper-case
-letter so that SQLAlchemy and ``psycopg.sql`` always quote it: every place it appears is
-``"<name>"`` (an identifier) or ``'<name>'`` (a value), and nothing of it may be left over
+catalog (Alembic looking for its version table) are left out, and so is a foreign key that a
+later revision drops again, with its drop (``_without_undone``); everything else, the version
+row included, is kept. The throwaway schema's name has an upper-case letter so that
+SQLAlchemy and ``psycopg.sql`` always quote it: every place it appears is ``"<name>"`` (an
+identifier) or ``'<name>'`` (a value), and nothing of it may be left over
 (:class:`TemplateError` otherwise). The tests compare a tenant made from the recording with one
 migrated revision by revision, catalog entry by catalog entry.
 
@@ -49,6 +50,11 @@ from dms.migrations.scripts import VERSION_TABLE, Scripts
 _READ_ONLY = re.compile(
     rf"^\s*SELECT\b.*\b(pg_catalog|information_schema|{VERSION_TABLE})\b", re.IGNORECASE | re.DOTALL
 )
+
+#: ``ALTER TABLE <table> ADD CONSTRAINT <name> FOREIGN KEY ...``, as Alembic writes it.
+_ADDS_FOREIGN_KEY = re.compile(r"^\s*ALTER TABLE (\S+) ADD CONSTRAINT (\S+) FOREIGN KEY\b")
+#: ``ALTER TABLE <table> DROP CONSTRAINT <name>``, as Alembic writes it.
+_DROPS_CONSTRAINT = re.compile(r"^\s*ALTER TABLE (\S+) DROP CONSTRAINT (\S+)\s*$")
 
 
 class TemplateError(MigrationError):
@@ -133,8 +139,31 @@ def _record(
             migrate_schema(conn, scope, head, "upgrade", scripts)
     finally:
         savepoint.rollback()
-    kept = [text for text in sent if not _READ_ONLY.match(text)]
+    kept = _without_undone([text for text in sent if not _READ_ONLY.match(text)])
     return TenantTemplate(head=head, recorded=tuple(_cut(text, throwaway) for text in kept))
+
+
+def _without_undone(statements: list[str]) -> list[str]:
+    """``statements`` less each foreign key that a later statement drops again, both statements.
+
+    Revision 0008 replaces the keys that earlier revisions gave six columns to ``users``; a
+    key to ``users`` costs more the more tenants exist (migration 0008 says why), so a new
+    tenant must not add and drop them. Leaving such a pair out is exact on a new schema: the
+    key checks no rows (the tables are empty), no statement in between can depend on it (a
+    statement that needed it gone would have failed while recording), and its removal leaves
+    nothing in the catalog.
+    """
+    kept: list[str | None] = list(statements)
+    for index, text in enumerate(statements):
+        dropped = _DROPS_CONSTRAINT.match(text)
+        if dropped is None:
+            continue
+        for earlier in range(index - 1, -1, -1):
+            added = _ADDS_FOREIGN_KEY.match(statements[earlier])
+            if kept[earlier] is not None and added and added.groups() == dropped.groups():
+                kept[earlier] = kept[index] = None
+                break
+    return [text for text in kept if text is not None]
 
 
 @contextmanager

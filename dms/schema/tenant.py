@@ -18,6 +18,9 @@ a migration, a hand-written ``psql`` session) can break it:
   that a composite foreign key keeps equal to the field's);
 * a content-addressed blob's key ends with its own SHA-256, and revisions may share a storage
   key (identical bytes are stored once: :mod:`dms.blobs`);
+* a row names only a user who exists (``created_by``, ``uploaded_by``, ``imported_by``), and a
+  user whom a row names cannot be deleted: the columns refer to ``known_users``, filled by
+  trigger ``known_users_enlist``, which refers to ``users``;
 * an imported file or folder is recorded once per source name and target folder
   (``import_provenance``), which is what makes an interrupted import resumable.
 """
@@ -70,8 +73,12 @@ def _id() -> sa.Column[object]:
 
 
 def _user_fk(name: str) -> sa.Column[object]:
+    """A column that names a user: a key to :data:`known_users`.
+
+    Trigger ``known_users_enlist`` adds the user there before the row is written.
+    """
     return sa.Column(
-        name, sa.Uuid, sa.ForeignKey("public.users.id", ondelete="RESTRICT"), nullable=False
+        name, sa.Uuid, sa.ForeignKey("known_users.id", ondelete="RESTRICT"), nullable=False
     )
 
 
@@ -93,6 +100,16 @@ def _deleted_at() -> sa.Column[object]:
 
 #: The IAM service's table, declared only so that foreign keys can name it; never created here.
 users = sa.Table("users", metadata, sa.Column("id", sa.Uuid, primary_key=True), schema=USERS_SCHEMA)
+
+#: The users this tenant's rows name, the tenant's only foreign key to ``users``: one key per
+#: tenant instead of one per column keeps the triggers PostgreSQL puts on ``users`` for every key
+#: to a handful per tenant (migration 0008). A user's deletion cascades here and is refused
+#: while a row of the tenant still names them.
+known_users = sa.Table(
+    "known_users",
+    metadata,
+    sa.Column("id", sa.Uuid, sa.ForeignKey(users.c.id, ondelete="CASCADE"), primary_key=True),
+)
 
 folders = sa.Table(
     "folders",

@@ -3,7 +3,10 @@
 Each case inserts a row that is valid except for one reference to an id that does not exist,
 with plain Core on a tenant-routed connection, and expects the driver's ForeignKeyViolation
 naming exactly that constraint. The list of cases is checked against the catalog, so a new
-foreign key without a negative test fails here.
+foreign key without a negative test fails here. The columns that name a user refer to
+``known_users``, which a trigger fills before the row is written: a row naming an unknown user
+is refused by known_users' own key to ``users``, and each key to ``known_users`` is shown by
+removing a user whom a row names.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from dms import tenancy
@@ -31,12 +34,13 @@ from dms.testing.factories import (
     TagFactory,
 )
 from dms.testing.violations import violated_rule
+from dms.users import create_user
 
 World = Mapping[str, Any]
 
 
 @pytest.fixture
-def world(tenant_conn: Connection, user_id: uuid.UUID) -> World:
+def world(engine: Engine, tenant_conn: Connection, user_id: uuid.UUID) -> World:
     """One valid row of every kind a foreign key can point at."""
     conn = tenant_conn
     folder = FolderFactory(conn=conn, created_by=user_id)
@@ -60,6 +64,7 @@ def world(tenant_conn: Connection, user_id: uuid.UUID) -> World:
     )
     return {
         "user": user_id,
+        "stranger": _new_user(engine),  # a user whom no row of the tenant names yet
         "folder": folder["id"],
         "document": document["id"],
         "revision": revision["id"],
@@ -70,6 +75,12 @@ def world(tenant_conn: Connection, user_id: uuid.UUID) -> World:
         "multi_field": multi_field["id"],
         "multi_option": multi_option["id"],
     }
+
+
+def _new_user(engine: Engine) -> uuid.UUID:
+    # On a connection of its own: create_user re-routes the connection it is given.
+    with engine.begin() as conn:
+        return create_user(conn, email=f"{uuid.uuid4().hex}@example.org", display_name="New")
 
 
 def _revision(w: World) -> dict[str, Any]:
@@ -106,14 +117,23 @@ class FkCase:
     table: sa.Table
     row: Callable[[World], dict[str, Any]]
     broken: tuple[str, ...] = field(default=())
+    #: What refuses the broken row when ``constraint`` cannot be reached by an insert: a row
+    #: naming an unknown user first enlists them in known_users (trigger), which refuses.
+    refused_by: str = ""
+
+
+#: known_users' key to the IAM's users: what refuses a row that names an unknown user.
+UNKNOWN_USER = "fk_known_users_id_users"
 
 
 FK_CASES = [
+    FkCase(UNKNOWN_USER, t.known_users, lambda w: {"id": w["stranger"]}, ("id",)),
     FkCase(
-        "fk_folders_created_by_users",
+        "fk_folders_created_by_known_users",
         t.folders,
         lambda w: {"name": "New", "created_by": w["user"]},
         ("created_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
         "fk_folders_parent_id_folders",
@@ -122,10 +142,11 @@ FK_CASES = [
         ("parent_id",),
     ),
     FkCase(
-        "fk_documents_created_by_users",
+        "fk_documents_created_by_known_users",
         t.documents,
         lambda w: {"title": "New", "created_by": w["user"]},
         ("created_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
         "fk_documents_folder_id_folders",
@@ -146,16 +167,18 @@ FK_CASES = [
         ("document_id",),
     ),
     FkCase(
-        "fk_file_revisions_uploaded_by_users",
+        "fk_file_revisions_uploaded_by_known_users",
         t.file_revisions,
         _revision,
         ("uploaded_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
-        "fk_tags_created_by_users",
+        "fk_tags_created_by_known_users",
         t.tags,
         lambda w: {"name": "new", "created_by": w["user"]},
         ("created_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
         "fk_document_tags_document_id_documents",
@@ -170,10 +193,11 @@ FK_CASES = [
         ("tag_id",),
     ),
     FkCase(
-        "fk_metadata_fields_created_by_users",
+        "fk_metadata_fields_created_by_known_users",
         t.metadata_fields,
         lambda w: {"name": "New", "field_type": "string", "created_by": w["user"]},
         ("created_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
         "fk_metadata_field_options_field",
@@ -243,10 +267,11 @@ FK_CASES = [
         ("document_id",),
     ),
     FkCase(
-        "fk_import_provenance_imported_by_users",
+        "fk_import_provenance_imported_by_known_users",
         t.import_provenance,
         lambda w: _provenance(w, folder_id=w["folder"]),
         ("imported_by",),
+        refused_by=UNKNOWN_USER,
     ),
     FkCase(
         "fk_document_metadata_choices_option",
@@ -275,7 +300,7 @@ def test_unknown_reference_is_refused(tenant_conn: Connection, world: World, cas
 
     orig = excinfo.value.orig
     assert type(orig) is psycopg.errors.ForeignKeyViolation
-    assert violated_rule(orig) == case.constraint
+    assert violated_rule(orig) == (case.refused_by or case.constraint)
     assert _count(tenant_conn, case.table) == before
 
 
@@ -289,6 +314,28 @@ def test_same_row_with_known_reference_is_accepted(
     tenant_conn.execute(sa.insert(case.table).values(**case.row(world)))
 
     assert _count(tenant_conn, case.table) == before + 1
+
+
+@pytest.mark.parametrize(
+    "case", [case for case in FK_CASES if case.refused_by], ids=lambda case: case.constraint
+)
+def test_a_known_user_whom_a_row_names_stays_known(
+    engine: Engine, tenant_conn: Connection, world: World, case: FkCase
+) -> None:
+    """The keys to known_users themselves: its row of a user cannot go while a row names them."""
+    author = _new_user(engine)
+    tenant_conn.execute(
+        sa.insert(case.table).values(**case.row(world) | dict.fromkeys(case.broken, author))
+    )
+    known = t.known_users.c.id == author
+
+    with pytest.raises(IntegrityError) as excinfo, tenant_conn.begin_nested():
+        tenant_conn.execute(sa.delete(t.known_users).where(known))
+
+    orig = excinfo.value.orig
+    assert isinstance(orig, psycopg.Error)
+    assert violated_rule(orig) == case.constraint
+    assert tenant_conn.scalar(sa.select(sa.func.count()).where(known)) == 1
 
 
 _FOREIGN_KEYS = sa.text(

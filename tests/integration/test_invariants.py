@@ -523,6 +523,7 @@ def test_primary_keys_are_uuids(tenant_conn: Connection, tenant: str) -> None:
         "metadata_fields",
         "metadata_field_options",
         "import_provenance",
+        "known_users",
     }
     assert {row.data_type for row in rows} == {"uuid"}
 
@@ -539,9 +540,25 @@ def test_user_who_created_rows_cannot_be_deleted(engine: Engine, tenant_conn: Co
         tenant_conn,
         sa.delete(users).where(users.c.id == author),
         expected,
-        "fk_folders_created_by_users",
-        tables=[users, t.folders],
+        # The deletion cascades to known_users, where the folder's key refuses it.
+        "fk_folders_created_by_known_users",
+        tables=[users, t.known_users, t.folders],
     )
+
+
+def test_user_whose_rows_are_gone_can_be_deleted(engine: Engine, tenant_conn: Connection) -> None:
+    """Control: known_users keeps no user alive by itself; it follows the deletion."""
+    author = _new_user(engine)
+    folder = FolderFactory(conn=tenant_conn, created_by=author)
+    tenant_conn.execute(sa.delete(t.folders).where(t.folders.c.id == folder["id"]))
+    users = users_stand_in(Settings.from_env().users_schema)
+    known = sa.select(sa.func.count()).where(t.known_users.c.id == author)
+    assert tenant_conn.scalar(known) == 1
+
+    tenant_conn.execute(sa.delete(users).where(users.c.id == author))
+
+    assert tenant_conn.scalar(known) == 0
+    assert tenant_conn.scalar(sa.select(sa.func.count()).where(users.c.id == author)) == 0
 
 
 # --- documents ----------------------------------------------------------------------------

@@ -93,7 +93,8 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
     with engine.connect() as conn:
         triggers = set(conn.scalars(query, {"schema": tenancy.schema_name(tenant)}))
 
-    assert triggers == {"file_revisions_guard", "folders_guard"}
+    # known_users_enlist: one trigger of that name on each table with a column naming a user.
+    assert triggers == {"file_revisions_guard", "folders_guard", "known_users_enlist"}
 
 
 def test_tenant_with_the_longest_name_can_be_created(

@@ -16,9 +16,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from dms import migrations, provisioning, tenancy
+from dms.config import settings_of
 from dms.errors import AlreadyExists, TenantExists
 from dms.fleet import Outcome
 from dms.migrations import Scripts
+from dms.migrations.template import tenant_template
 from tests.migrations.fingerprint import (
     REPO_ROOT,
     alembic_env,
@@ -67,6 +69,42 @@ def test_tenants_created_in_bulk_equal_one_migrated_step_by_step(at_head: Engine
             sa.text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dms\\_Template%'")
         ).all()
     assert leftovers == []
+
+
+def test_the_recording_adds_one_key_to_users_and_drops_none(at_head: Engine) -> None:
+    """Revision 0008 replaced the keys earlier revisions gave users; a new tenant skips them.
+
+    A key to users costs more the more tenants there are (revision 0008 says why): a new tenant
+    adds only known_users' own, and never adds one only to drop it again.
+    """
+    settings = settings_of(at_head)
+    with at_head.connect() as conn:
+        recording = tenant_template(conn, Scripts.default(), settings).statements("tenant_probe")
+        driver = conn.connection.driver_connection
+        rendered = [statement.as_string(driver) for statement in recording]
+
+    to_users = f"REFERENCES {settings.users_schema}.users"
+    assert [text for text in rendered if to_users in text] == [
+        'ALTER TABLE "tenant_probe".known_users ADD CONSTRAINT fk_known_users_id_users '
+        f"FOREIGN KEY(id) {to_users} (id) ON DELETE CASCADE"
+    ]
+    assert [text for text in rendered if "DROP CONSTRAINT fk_" in text] == []
+
+
+def test_a_new_tenant_puts_two_triggers_on_users(at_head: Engine) -> None:
+    """One key to users per tenant, enforced by PostgreSQL with two triggers on users."""
+    before = _triggers_on_users(at_head)
+
+    provisioning.create_tenants(at_head, ["two_triggers"], jobs=1)
+
+    assert _triggers_on_users(at_head) - before == 2
+
+
+def _triggers_on_users(engine: Engine) -> int:
+    users = f"{settings_of(engine).users_schema}.users"
+    with engine.connect() as conn:
+        query = sa.text("SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass(:users)")
+        return int(conn.scalar(query, {"users": users}) or 0)
 
 
 def test_a_bad_or_taken_name_fails_alone_and_is_reported(at_head: Engine) -> None:

@@ -22,7 +22,21 @@ from dms.testing import temporary_database
 from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import fingerprint, run_alembic
 
-TENANT_TRIGGERS = {("file_revisions", "file_revisions_guard"), ("folders", "folders_guard")}
+TENANT_TRIGGERS = {
+    ("file_revisions", "file_revisions_guard"),
+    ("folders", "folders_guard"),
+    *(
+        (table, "known_users_enlist")
+        for table in (
+            "folders",
+            "documents",
+            "file_revisions",
+            "tags",
+            "metadata_fields",
+            "import_provenance",
+        )
+    ),
+}
 
 
 def _migrated_database(url: URL) -> Engine:
@@ -71,7 +85,11 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
     declared = fingerprint(db, "declared_tenant")
 
     assert {(row[0], row[1]) for row in migrated.triggers} == TENANT_TRIGGERS
-    assert {row[0] for row in migrated.functions} == {"file_revisions_guard", "folders_guard"}
+    assert {row[0] for row in migrated.functions} == {
+        "file_revisions_guard",
+        "folders_guard",
+        "known_users_enlist",
+    }
     # The functions pin search_path to their own schema (normalised), not to the caller's.
     assert all("search_path TO '<schema>'" in str(row[2]) for row in migrated.functions)
     assert declared.triggers == ()

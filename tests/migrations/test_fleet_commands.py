@@ -167,7 +167,7 @@ def test_settings_of_the_engine_reach_the_worker_processes(empty_database_url: U
                     sa.text(
                         "SELECT DISTINCT confrelid::regclass::text FROM pg_constraint "
                         "WHERE connamespace = 'tenant_s_a'::regnamespace AND contype = 'f' "
-                        "AND confrelid::regclass::text LIKE '%users'"
+                        "AND confrelid::regclass::text LIKE '%.users'"
                     )
                 )
             )

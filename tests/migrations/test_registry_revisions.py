@@ -17,7 +17,7 @@ from dms import migrations, provisioning
 from dms.config import SHARED_SCHEMA, settings_of
 from dms.errors import InvalidTenantName, MigrationError, MigrationFailed
 from dms.fleet.report import Outcome
-from dms.migrations import MigrationScope, migrate_schema
+from dms.migrations import MigrationScope, Scripts, migrate_schema
 from dms.migrations.drift import check_drift
 from tests.migrations.fingerprint import (
     TENANTS,
@@ -31,13 +31,7 @@ from tests.migrations.fingerprint import (
 HEAD = migrations.head_revision()
 #: The revision before the one that added the registry's copy.
 BEFORE_COPY = "0006"
-
-
-def _set_schema_version(engine: Engine, schema: str, revision: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(f"UPDATE {schema}.alembic_version SET version_num = :r"), {"r": revision}
-        )
+PREVIOUS = Scripts.default().chain()[-2]
 
 
 def _set_registry(engine: Engine, slug: str, revision: str | None) -> None:
@@ -60,7 +54,9 @@ def test_created_tenants_are_recorded_at_head(fleet: Engine) -> None:
 def test_status_reads_the_registry_and_check_reports_a_schema_that_differs(
     fleet: Engine,
 ) -> None:
-    _set_schema_version(fleet, "tenant_alpha", BEFORE_COPY)
+    # The schema one revision behind, the registry's copy saying head.
+    migrations.downgrade(fleet, PREVIOUS, tenant="alpha")
+    _set_registry(fleet, "alpha", HEAD)
 
     status = migrations.fleet_status(fleet)
     drift = check_drift(fleet)
@@ -69,9 +65,9 @@ def test_status_reads_the_registry_and_check_reports_a_schema_that_differs(
     assert status.healthy
     [wrong] = drift.drifted
     assert wrong.tenant == "alpha"
-    assert wrong.problem.startswith(f"at {BEFORE_COPY}, not at head {HEAD}")
+    assert wrong.problem.startswith(f"at {PREVIOUS}, not at head {HEAD}")
     assert (
-        f"registry records {HEAD}, the schema is at {BEFORE_COPY}: "
+        f"registry records {HEAD}, the schema is at {PREVIOUS}: "
         "run dms migrate --tenant alpha" in wrong.problem
     )
     # A fleet upgrade trusts the copy: alpha is skipped without its schema being opened.
@@ -80,7 +76,7 @@ def test_status_reads_the_registry_and_check_reports_a_schema_that_differs(
         "alpha": Outcome.SKIPPED,
         "bravo": Outcome.SKIPPED,
     }
-    assert revisions(fleet, "tenant_alpha")["tenant_alpha"] == BEFORE_COPY
+    assert revisions(fleet, "tenant_alpha")["tenant_alpha"] == PREVIOUS
 
     # The way out that check names: the tenant is migrated from its own version table.
     migrations.upgrade(fleet, tenant="alpha")
@@ -126,6 +122,8 @@ def test_plain_alembic_downgrade_and_stamp_write_the_copy(
     assert down.returncode == 0, down.stdout + down.stderr
     assert registry_revisions(fleet) == {"tenant_alpha": "0003", "tenant_bravo": HEAD}
 
+    # Stamped back from 0007, where it really is: 0006 and 0007 run again without harm.
+    migrations.downgrade(fleet, "0007", tenant="bravo")
     stamped = run_alembic(empty_database_url, "-x", "tenant=bravo", "stamp", "0005")
     assert stamped.returncode == 0, stamped.stdout + stamped.stderr
     assert registry_revisions(fleet) == {"tenant_alpha": "0003", "tenant_bravo": "0005"}
