@@ -101,9 +101,9 @@ def _deleted_at() -> sa.Column[object]:
 #: The IAM service's table, declared only so that foreign keys can name it; never created here.
 users = sa.Table("users", metadata, sa.Column("id", sa.Uuid, primary_key=True), schema=USERS_SCHEMA)
 
-#: The users this tenant's rows name, the tenant's only foreign key to ``users``: one key per
-#: tenant instead of one per column keeps the triggers PostgreSQL puts on ``users`` for every key
-#: to a handful per tenant (migration 0008). A user's deletion cascades here and is refused
+#: The users this tenant's rows name, with the tenant's only foreign key to ``users``: one key
+#: per tenant instead of one per column puts two triggers on ``users`` per tenant instead of
+#: twelve (migration 0008 says what they cost). A user's deletion cascades here and is refused
 #: while a row of the tenant still names them.
 known_users = sa.Table(
     "known_users",
