@@ -149,7 +149,8 @@ def _tables(schemas: Sequence[str]) -> sa.Select[Any]:
     return sa.select(
         rel.c.nspname,
         sa.literal("table"),
-        rel.c.relname,
+        # As text: the first query of the union types its columns, and a name is cut at 63.
+        sa.cast(rel.c.relname, sa.Text),
         _fields(rel.c.relkind, rel.c.relpersistence, options),
     )
 
