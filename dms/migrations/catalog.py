@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.dialects.postgresql import REGCLASS, aggregate_order_by
 from sqlalchemy.engine import Connection, Engine
 
 from dms.fleet.progress import NoProgress, Progress
@@ -69,6 +69,14 @@ _constraint = sa.table(
     sa.column("condeferred"),
     sa.column("convalidated"),
 )
+_depend = sa.table(
+    "pg_depend",
+    sa.column("classid"),
+    sa.column("objid"),
+    sa.column("refclassid"),
+    sa.column("refobjid"),
+    sa.column("deptype"),
+)
 _index = sa.table("pg_index", sa.column("indexrelid"), sa.column("indrelid"))
 _trigger = sa.table(
     "pg_trigger",
@@ -115,11 +123,29 @@ def _fields(*values: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
     return sa.func.concat_ws(_FIELD_SEPARATOR, *(_text(value) for value in values))
 
 
+def _catalog_id(name: str) -> sa.ColumnElement[Any]:
+    """The oid of the system catalog ``name`` (a ``regclass`` constant)."""
+    return sa.cast(sa.literal(name, sa.Text), REGCLASS)
+
+
 def _relations(schemas: Sequence[str]) -> sa.Select[Any]:
-    """Relations of ``schemas`` but the version table, with their schema's name."""
+    """Relations of ``schemas`` but the version table, with their schema's name.
+
+    Found through ``pg_depend``, where every table, view and sequence depends on its schema:
+    its index on the referenced object finds a schema's relations, where ``pg_class``, with no
+    index on the namespace, would be scanned whole for every query and made the check of a
+    fleet quadratic in its size (indexes hang on their table, through ``pg_index``).
+    """
+    on_schema = sa.and_(
+        _depend.c.refclassid == _catalog_id("pg_namespace"),
+        _depend.c.refobjid == _namespace.c.oid,
+        _depend.c.classid == _catalog_id("pg_class"),
+        _depend.c.deptype == "n",
+    )
     return (
         sa.select(_class, _namespace.c.nspname)
-        .join_from(_class, _namespace, _class.c.relnamespace == _namespace.c.oid)
+        .join_from(_namespace, _depend, on_schema)
+        .join(_class, _class.c.oid == _depend.c.objid)
         .where(_namespace.c.nspname.in_(schemas), _class.c.relname != VERSION_TABLE)
     )
 

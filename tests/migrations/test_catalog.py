@@ -1,9 +1,11 @@
 """The drift check's catalog reader sees every object of a schema, named in full.
 
-The test fingerprint (tests/migrations/fingerprint.py) reads the catalog the plain way, one
-aspect per query; :mod:`dms.migrations.catalog` must name the same objects, including
-relations of kinds dms never creates, a table moved into the schema after it was created,
-and names of more than 63 characters (``table.constraint``).
+:mod:`dms.migrations.catalog` finds a schema's relations through ``pg_depend`` (scanning
+``pg_class`` for each query made ``dms check`` quadratic in the fleet's size). The test
+fingerprint (tests/migrations/fingerprint.py) reads ``pg_class`` by namespace, the plain way;
+the two must name the same objects, including relations of kinds dms never creates, a table
+moved into the schema after it was created, and names of more than 63 characters
+(``table.constraint``).
 """
 
 from __future__ import annotations
