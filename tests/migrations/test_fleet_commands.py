@@ -25,7 +25,7 @@ from tests.migrations.fingerprint import REPO_ROOT, DdlAudit, alembic_env, revis
 
 HEAD = migrations.head_revision()
 PREVIOUS = Scripts.default().chain()[-2]
-FLEET = 60
+FLEET = 300
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
 
 
@@ -48,7 +48,7 @@ def at_head(db: Engine) -> Engine:
 
 
 @pytest.mark.slow
-def test_a_fleet_of_sixty_round_trips_with_two_jobs(
+def test_a_fleet_of_three_hundred_round_trips_with_two_jobs(
     at_head: Engine, empty_database_url: URL
 ) -> None:
     names = [f"f{index:03d}" for index in range(FLEET)]
