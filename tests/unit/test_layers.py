@@ -18,9 +18,6 @@ from dms.schema import tenant
 
 PACKAGE = Path(dms.__file__).parent
 
-#: The one circle left, which issue 12 (fleet operations) removes: delete it from here then.
-KNOWN_CIRCLES = [{"dms.migrations", "dms.tenancy"}]
-
 #: Which tenant tables each repository module builds SQL for.
 OWNED_TABLES = {
     "dms.repositories.documents": {"documents"},
@@ -141,8 +138,7 @@ def circles(graph: Mapping[str, set[str]]) -> list[set[str]]:
 
 
 def test_the_package_has_no_import_circle() -> None:
-    unknown = [circle for circle in circles(import_graph()) if circle not in KNOWN_CIRCLES]
-    assert unknown == []
+    assert circles(import_graph()) == []
 
 
 def test_the_circle_finder_finds_circles() -> None:
