@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 
 from dms import citus, tenancy
 from dms.citus import Node
+from dms.domain.validation import check_text
 from dms.errors import ClusterError
 
 
@@ -36,7 +37,8 @@ def tenant_nodes(engine: Engine) -> dict[str, Node]:
 def move_tenant(engine: Engine, slug: str, to: str) -> Node:
     """Move tenant ``slug`` to node ``to`` (``host:port``); return the node it was on.
 
-    Raises :class:`~dms.errors.InvalidTenantName` before any SQL,
+    Raises :class:`~dms.errors.InvalidTenantName` or, for a ``to`` that is not text,
+    :class:`~dms.errors.ValidationError` before any SQL,
     :class:`~dms.errors.TenantNotFound` if it is not registered, and
     :class:`~dms.errors.ClusterError` off Citus, for an unknown node, or for a node that
     holds no tenants (the coordinator, unless it was added to hold shards), and when Citus
@@ -45,6 +47,7 @@ def move_tenant(engine: Engine, slug: str, to: str) -> Node:
     is on does nothing.
     """
     schema = tenancy.schema_name(slug)
+    check_text("node", to)
     with engine.connect() as conn:
         if not citus.is_citus(conn):
             raise ClusterError("not a Citus cluster: every tenant lives on the one server")

@@ -35,6 +35,7 @@ from sqlalchemy.schema import CreateSchema, DropSchema
 
 from dms import citus, tenancy
 from dms.config import Settings, settings_of, with_settings
+from dms.domain.validation import check_flag
 from dms.errors import (
     FleetInterrupted,
     FleetStopped,
@@ -42,6 +43,7 @@ from dms.errors import (
     TenantExists,
     TenantNotFound,
 )
+from dms.fleet.arguments import check_jobs, check_names
 from dms.fleet.pool import PoolResult, Task, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
@@ -140,13 +142,17 @@ def create_tenants(
     Returns the report: ``created``, or ``invalid`` (refused before any SQL), ``exists`` (or,
     with ``if_not_exists``, ``skipped``: how an interrupted run is finished), or ``failed``
     (rolled back) for the names that were not. ``jobs``: worker processes (default:
-    :func:`~dms.migrations.default_jobs`). Raises :class:`~dms.errors.UsersTableMissing` or
-    :class:`~dms.errors.NotMigrated` before creating any, and
+    :func:`~dms.migrations.default_jobs`). Raises :class:`~dms.errors.ValidationError` before
+    any SQL if ``slugs`` is not an iterable of names (one string is not), ``jobs`` not a
+    positive int or a flag not a bool; :class:`~dms.errors.UsersTableMissing` or
+    :class:`~dms.errors.NotMigrated` before creating any; and
     :class:`~dms.errors.FleetInterrupted` / :class:`~dms.errors.FleetStopped` with the report
     if the run is stopped.
     """
-    scripts = Scripts.default()
+    check_jobs(jobs)
+    check_flag("if_not_exists", if_not_exists)
     names, refused = _checked_names(slugs)
+    scripts = Scripts.default()
     taken: set[str] = set()
     if names:
         with engine.connect() as conn:
@@ -176,8 +182,11 @@ def drop_tenants(
     """Drop every tenant of ``slugs`` with all its data, each in its own transaction.
 
     Returns the report: ``dropped``, or ``invalid``, ``not_found`` (with ``if_exists``:
-    ``skipped``) or ``failed`` (rolled back). Interruptions as for :func:`create_tenants`.
+    ``skipped``) or ``failed`` (rolled back). Bad arguments and interruptions as for
+    :func:`create_tenants`.
     """
+    check_jobs(jobs)
+    check_flag("if_exists", if_exists)
     names, refused = _checked_names(slugs)
     known: set[str] = set()
     if names:
@@ -251,14 +260,18 @@ def _task_failure(slug: str, started: float, exc: Exception) -> TenantReport:
 
 
 def _checked_names(slugs: Iterable[str]) -> tuple[list[str], list[TenantReport]]:
-    """The valid names, once each and in order; a report for each invalid one."""
+    """The valid names, once each and in order; a report for each invalid one, once.
+
+    Raises :class:`~dms.errors.ValidationError` if ``slugs`` is not a list of names at all.
+    """
     names: list[str] = []
     refused: list[TenantReport] = []
-    for slug in dict.fromkeys(slugs):
+    # Items are told apart as text: a bad one need not even be hashable.
+    for shown_as, slug in {str(item): item for item in check_names(slugs)}.items():
         try:
             names.append(tenancy.validate_slug(slug))
         except InvalidTenantName as exc:
-            refused.append(_refused(str(slug), Outcome.INVALID, str(exc)))
+            refused.append(_refused(shown_as, Outcome.INVALID, str(exc)))
     return names, refused
 
 

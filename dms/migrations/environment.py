@@ -17,11 +17,12 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from alembic.runtime.environment import EnvironmentContext
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from dms import citus
 from dms.config import Settings, settings_of
-from dms.errors import UsersTableMissing
+from dms.errors import MigrationError, UsersTableMissing
 from dms.jobs import tables as _job_tables  # noqa: F401 -- puts the job tables on shared.metadata
 from dms.migrations.registry import RevisionCopy
 from dms.migrations.scope import MigrationScope
@@ -80,7 +81,11 @@ def migrate_schema(
         # On Citus, a tenant's tables carry triggers that only this setting lets DDL touch.
         citus.allow_tenant_triggers(conn)
     with ALEMBIC_LOCK:
-        run(context, conn, scope)
+        try:
+            run(context, conn, scope)
+        except CommandError as exc:
+            # Alembic's refusal of a target it cannot reach from this schema's revision.
+            raise MigrationError(str(exc)) from exc
 
 
 def run(context: EnvironmentContext, conn: Connection, scope: MigrationScope) -> None:

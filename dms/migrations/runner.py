@@ -30,13 +30,16 @@ from sqlalchemy.exc import DBAPIError
 
 from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA, Settings, settings_of
+from dms.domain.validation import check_text
 from dms.errors import (
     FleetInterrupted,
     FleetStopped,
+    MigrationError,
     MigrationFailed,
     TenantFailure,
     TenantNotFound,
 )
+from dms.fleet.arguments import check_jobs
 from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
@@ -76,7 +79,9 @@ def upgrade(
     """Upgrade the shared schema, then every tenant (or only ``tenant``), to ``revision``.
 
     ``jobs``: worker processes (default: :func:`default_jobs`). Raises
-    :class:`~dms.errors.MigrationFailed` if some tenants failed (each rolled back alone),
+    :class:`~dms.errors.ValidationError` before any SQL if ``revision`` is not text or ``jobs``
+    not a positive int, :class:`~dms.errors.MigrationError` for a revision the scripts do not
+    have, :class:`~dms.errors.MigrationFailed` if some tenants failed (each rolled back alone),
     :class:`~dms.errors.FleetInterrupted` on Ctrl-C and :class:`~dms.errors.FleetStopped`
     when the run could not go on; each carries the report.
     """
@@ -158,6 +163,32 @@ def migrate_tenant(engine: Engine, migration: TenantMigration, slug: str) -> Ten
     return _report(slug, before, migration.target, started, Outcome.MIGRATED)
 
 
+def _refuse_wrong_way(
+    scripts: Scripts, direction: Direction, anchor: str, current: str | None, target: str | None
+) -> None:
+    """Refuse a target on the wrong side of ``anchor``'s revision, before anything runs.
+
+    Alembic would refuse a downgrade to a later revision in each schema, one failure per
+    tenant, and run an upgrade to an earlier one as no step at all, which would be reported
+    as done. A revision these scripts do not know is left to alembic, which names it.
+    """
+    chain = scripts.chain()
+    if current is not None and current not in chain:
+        return
+    here = chain.index(current) + 1 if current is not None else 0
+    there = chain.index(target) + 1 if target is not None else 0
+    if direction == "upgrade" and there < here:
+        raise MigrationError(
+            f"cannot upgrade to {target or 'base'}: it is below {current}, where {anchor} is "
+            "(downgrade to it instead)"
+        )
+    if direction == "downgrade" and there > here:
+        raise MigrationError(
+            f"cannot downgrade to {target}: it is above {current or 'base'}, where {anchor} is "
+            "(upgrade to it instead)"
+        )
+
+
 def _report(
     slug: str,
     before: str | None,
@@ -214,6 +245,8 @@ class _Run:
     scripts: Scripts | None
 
     def run(self, revision: str) -> FleetReport:
+        check_text("revision", revision)
+        check_jobs(self.jobs)
         if self.tenant is not None:
             tenancy.validate_slug(self.tenant)
         scripts = self.scripts or Scripts.default()
@@ -248,7 +281,9 @@ class _Run:
                 if anchor not in registered_schemas(conn):
                     raise TenantNotFound(f"tenant {self.tenant!r} does not exist")
             current = read_versions(conn, [anchor])[anchor]
-        return scripts.resolve(revision, current=current)
+        target = scripts.resolve(revision, current=current)
+        _refuse_wrong_way(scripts, self.direction, anchor, current, target)
+        return target
 
     def _shared(self, migration: TenantMigration, settings: Settings) -> TenantReport:
         started = time.perf_counter()
