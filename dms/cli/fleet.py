@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import emit_json
-from dms.errors import FleetInterrupted, FleetStopped
+from dms.errors import FleetInterrupted, FleetStopped, ValidationError
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.progress import Progress, progress_for
 from dms.fleet.report import FleetReport
@@ -48,10 +48,19 @@ def progress(label: str) -> Progress:
 
 
 def read_names(names: list[str], file: str | None) -> list[str]:
-    """Tenant names from the command line and from ``file`` (``-``: standard input)."""
+    """Tenant names from the command line and from ``file`` (``-``: standard input).
+
+    Raises :class:`~dms.errors.ValidationError` if ``file`` cannot be read. Bytes that are not
+    UTF-8 stay in their line as lone surrogates: that name is refused, the others go on.
+    """
     found = list(names)
     if file is not None:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+        try:
+            data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ValidationError(f"cannot read tenant names from {file!r}: {reason}") from exc
+        text = data.decode("utf-8", errors="surrogateescape")
         found += [line.strip() for line in text.splitlines() if line.strip()]
     return found
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -269,3 +270,30 @@ def test_cli_list_json(at_head: Engine, empty_database_url: URL) -> None:
         ("l_a", "tenant_l_a", "active"),
         ("l_b", "tenant_l_b", "active"),
     ]
+
+
+def test_cli_a_names_file_it_cannot_read_is_one_line_and_creates_nothing(
+    at_head: Engine, empty_database_url: URL, tmp_path: Path
+) -> None:
+    missing, folder = tmp_path / "missing.txt", tmp_path
+
+    for path in (missing, folder):
+        done = _dms(empty_database_url, "tenants", "create", "f_one", "--file", str(path))
+        assert done.returncode == 1
+        assert done.stderr.startswith(f"error: cannot read tenant names from '{path}': ")
+        assert len(done.stderr.splitlines()) == 1  # no traceback
+
+    assert tenancy.list_tenants(at_head) == []
+
+
+def test_cli_a_line_of_a_names_file_that_is_not_utf8_fails_alone(
+    at_head: Engine, empty_database_url: URL, tmp_path: Path
+) -> None:
+    names = tmp_path / "names.txt"
+    names.write_bytes(b"u_one\n\xff\xfe\nu_two\n")
+
+    done = _dms(empty_database_url, "tenants", "create", "--file", str(names))
+
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: invalid tenant name '\\udcff\\udcfe'")
+    assert [t.slug for t in tenancy.list_tenants(at_head)] == ["u_one", "u_two"]
