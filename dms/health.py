@@ -24,6 +24,7 @@ from dms import jobs, migrations
 from dms.config import SHARED_SCHEMA
 from dms.errors import NotMigrated
 from dms.jobs import JobState
+from dms.jobs.validation import MAX_AGE, require_duration
 
 #: Tables of the shared schema without which nothing of dms works.
 _SHARED_TABLES = ("tenants", "processing_jobs")
@@ -103,8 +104,12 @@ def check(
 ) -> list[Check]:
     """Every check of ``dms healthcheck``, in order; the first failure does not stop the rest.
 
-    Raises the database's error (``OperationalError``) when it cannot be reached at all.
+    Raises :class:`~dms.errors.ValidationError` before any SQL for a limit that is not a
+    :class:`~datetime.timedelta` from zero to 100 years, and the database's error
+    (``OperationalError``) when it cannot be reached at all.
     """
+    require_duration("max_queue_age", max_queue_age, maximum=MAX_AGE, zero=True)
+    require_duration("max_expired_lease", max_expired_lease, maximum=MAX_AGE, zero=True)
     with engine.connect() as conn:
         conn.execute(sa.select(1))
     checks = [Check(name="database", ok=True, detail="reachable")]
@@ -162,6 +167,7 @@ def queue_health(
     conn: Connection, *, max_expired_lease: timedelta = MAX_EXPIRED_LEASE
 ) -> QueueHealth:
     """The queue's figures (see :class:`QueueHealth`); the shared schema must be migrated."""
+    require_duration("max_expired_lease", max_expired_lease, maximum=MAX_AGE, zero=True)
     require_migrated(conn)
     stats = jobs.stats(conn)
     totals: dict[tuple[str, JobState], int] = {}

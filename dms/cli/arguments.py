@@ -17,13 +17,15 @@ def duration(text: str) -> timedelta:
     number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
     try:
         seconds = float(number) * _UNITS[unit]
-    except ValueError:
+        # Infinite, NaN, or beyond timedelta's 999,999,999 days: no duration at all.
+        value = timedelta(seconds=seconds)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(
             f"not a duration: {text!r} (try 90s, 15m, 12h, 7d)"
         ) from None
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
-    return timedelta(seconds=seconds)
+    return value
 
 
 def job_state(text: str) -> str:

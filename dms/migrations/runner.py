@@ -38,6 +38,7 @@ from dms.errors import (
     MigrationFailed,
     TenantFailure,
     TenantNotFound,
+    ValidationError,
 )
 from dms.fleet.arguments import check_jobs
 from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
@@ -79,9 +80,10 @@ def upgrade(
     """Upgrade the shared schema, then every tenant (or only ``tenant``), to ``revision``.
 
     ``jobs``: worker processes (default: :func:`default_jobs`). Raises
-    :class:`~dms.errors.ValidationError` before any SQL if ``revision`` is not text or ``jobs``
-    not a positive int, :class:`~dms.errors.MigrationError` for a revision the scripts do not
-    have, :class:`~dms.errors.MigrationFailed` if some tenants failed (each rolled back alone),
+    :class:`~dms.errors.ValidationError` before any SQL if ``revision`` is not text or is
+    blank, or ``jobs`` not a positive int, :class:`~dms.errors.MigrationError` for a revision
+    the scripts do not have or on the wrong side of the current one,
+    :class:`~dms.errors.MigrationFailed` if some tenants failed (each rolled back alone),
     :class:`~dms.errors.FleetInterrupted` on Ctrl-C and :class:`~dms.errors.FleetStopped`
     when the run could not go on; each carries the report.
     """
@@ -245,7 +247,8 @@ class _Run:
     scripts: Scripts | None
 
     def run(self, revision: str) -> FleetReport:
-        check_text("revision", revision)
+        if not check_text("revision", revision).strip():
+            raise ValidationError(f"revision must not be blank, not {revision!r}")
         check_jobs(self.jobs)
         if self.tenant is not None:
             tenancy.validate_slug(self.tenant)

@@ -20,7 +20,7 @@ import dms
 from dms import health, jobs, migrations, provisioning
 from dms.cli import main
 from dms.cli.health import metrics_module
-from dms.errors import ConfigurationError
+from dms.errors import ConfigurationError, ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.metrics import registry_for
 from dms.users import create_users_stand_in
@@ -237,3 +237,23 @@ def _scrape(url: str) -> str:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_queue_age": "5m"},
+        {"max_queue_age": timedelta(seconds=-1)},
+        {"max_expired_lease": None},
+        {"max_expired_lease": timedelta(days=10**6)},
+    ],
+)
+def test_health_limits_that_are_not_durations_are_refused_by_name(
+    own_db: Engine, limits: dict[str, object]
+) -> None:
+    (name,) = limits
+    with pytest.raises(ValidationError, match=f"^{name} must be a timedelta"):
+        health.check(own_db, **limits)  # type: ignore[arg-type]
+    if name == "max_expired_lease":
+        with own_db.connect() as conn, pytest.raises(ValidationError, match=f"^{name} "):
+            health.queue_health(conn, **limits)  # type: ignore[arg-type]

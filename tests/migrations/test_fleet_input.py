@@ -5,7 +5,7 @@ The fleet functions (``create_tenants``, ``drop_tenants``, ``upgrade``, ``downgr
 a list of names, a number of worker processes, a revision and flags. A caller who gets one of
 those wrong must learn it before anything happens: a single string is not a list of names
 (``drop_tenants(engine, "am")`` would otherwise drop tenants ``a`` and ``m``), ``jobs=0`` or
-``"2"`` is not a number of processes, ``None`` is not a revision, ``"no"`` is not false.
+``"2"`` is not a number of processes, ``None`` or ``""`` is not a revision, ``"no"`` is not false.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ NODES: dict[str, Operation] = {
 TEXT = texts([1, 40, 41])
 NOT_A_NUMBER_OF_PROCESSES = st.one_of(NOT_TEXT, TEXT, st.integers(max_value=0))
 NOT_A_LIST_OF_NAMES = st.one_of(st.sampled_from(["am", "a", "", b"am"]), TEXT, NOT_TEXT)
-NOT_A_REVISION = st.one_of(NOT_TEXT, st.text(min_size=1).map(lambda tail: "\x00" + tail))
+NOT_A_REVISION = st.one_of(
+    st.sampled_from(["", " ", "\t"]), NOT_TEXT, st.text().map(lambda tail: "\x00" + tail)
+)
 
 
 @pytest.fixture
