@@ -34,6 +34,9 @@ from dms.logs import LOG_FORMATS, LOG_LEVELS, LogFormat
 #: The schema that holds what ``dms`` owns across tenants (registry, job queue).
 SHARED_SCHEMA = "dms"
 
+#: PostgreSQL's ``lock_timeout`` is an ``int`` of milliseconds: a larger value fails every use.
+MAX_LOCK_TIMEOUT_MS = 2**31 - 1
+
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -56,15 +59,17 @@ class Settings:
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail later, deep inside SQL."""
+        self._check_types()
         # fullmatch: re.match with $ would let a trailing newline through. PostgreSQL reserves
         # pg_* schema names for itself.
         if not _IDENTIFIER.fullmatch(self.users_schema) or self.users_schema.startswith("pg_"):
             raise ConfigurationError(
                 f"DMS_USERS_SCHEMA={self.users_schema!r} is not a plain lower-case schema name"
             )
-        if self.lock_timeout_ms <= 0:
+        if not 0 < self.lock_timeout_ms <= MAX_LOCK_TIMEOUT_MS:
             raise ConfigurationError(
-                f"DMS_LOCK_TIMEOUT_MS must be positive, not {self.lock_timeout_ms}"
+                f"DMS_LOCK_TIMEOUT_MS must be from 1 to {MAX_LOCK_TIMEOUT_MS}, "
+                f"not {self.lock_timeout_ms}"
             )
         if self.log_level not in LOG_LEVELS:
             raise ConfigurationError(
@@ -73,6 +78,24 @@ class Settings:
         if self.log_format not in LOG_FORMATS:
             raise ConfigurationError(
                 f"DMS_LOG_FORMAT={self.log_format!r} is not one of {', '.join(LOG_FORMATS)}"
+            )
+
+    def _check_types(self) -> None:
+        """Settings built in code: a value of the wrong type is named by its variable."""
+        expected: dict[str, tuple[type, ...]] = {
+            "database_url": (str, type(None)),
+            "data_dir": (Path,),
+            "users_schema": (str,),
+            "log_level": (str,),
+            "log_format": (str,),
+        }
+        for name, types in expected.items():
+            value = getattr(self, name)
+            if not isinstance(value, types):
+                raise ConfigurationError(f"DMS_{name.upper()} cannot be {value!r}")
+        if isinstance(self.lock_timeout_ms, bool) or not isinstance(self.lock_timeout_ms, int):
+            raise ConfigurationError(
+                f"DMS_LOCK_TIMEOUT_MS must be an int, not {self.lock_timeout_ms!r}"
             )
 
     @classmethod

@@ -82,11 +82,49 @@ def test_settings_defaults_follow_xdg() -> None:
         {"DMS_USERS_SCHEMA": "pg_iam"},
         {"DMS_LOCK_TIMEOUT_MS": "soon"},
         {"DMS_LOCK_TIMEOUT_MS": "0"},
+        # PostgreSQL's lock_timeout is an int of milliseconds: more is refused at every use.
+        {"DMS_LOCK_TIMEOUT_MS": "2147483648"},
     ],
 )
 def test_bad_settings_are_rejected(environ: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError):
         Settings.from_env(environ)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"users_schema": 5},
+        {"users_schema": None},
+        {"lock_timeout_ms": "5000"},
+        {"lock_timeout_ms": 1.5},
+        {"lock_timeout_ms": True},
+        {"lock_timeout_ms": 2**31},
+        {"database_url": 5},
+        {"data_dir": 5},
+        {"log_level": None},
+        {"log_format": ["plain"]},
+    ],
+)
+def test_settings_of_the_wrong_type_are_rejected_with_the_setting_named(
+    values: dict[str, object],
+) -> None:
+    (name,) = values
+    with pytest.raises(ConfigurationError, match=f"DMS_{name.upper()}"):
+        Settings(**values)  # type: ignore[arg-type]
+
+
+def test_good_settings_of_every_kind_are_kept() -> None:
+    """Control: values of the right types, the longest lock timeout among them, are kept."""
+    settings = Settings(
+        database_url="postgresql://u@h/d",
+        data_dir=Path("/srv/dms"),
+        users_schema="iam",
+        lock_timeout_ms=2**31 - 1,
+        log_level="INFO",
+        log_format="json",
+    )
+    assert (settings.users_schema, settings.lock_timeout_ms) == ("iam", 2**31 - 1)
 
 
 def test_an_engine_of_create_engine_carries_its_settings_to_its_connections() -> None:
