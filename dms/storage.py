@@ -164,9 +164,13 @@ class LocalBlobStore:
     only for throw-away stores (tests, demos).
     """
 
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
-        """Use ``root`` (created on first write)."""
-        self.root = root
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
+        """Use ``root`` (created on first write); :class:`ValidationError` if it is no path."""
+        if not isinstance(root, str | os.PathLike) or isinstance(root, bytes):
+            raise ValidationError(f"the store's root must be a path, not {root!r:.80}")
+        if not isinstance(durable, bool):
+            raise ValidationError(f"durable must be a bool, not {durable!r:.80}")
+        self.root = Path(root)
         self.durable = durable
 
     def path_of(self, storage_key: str) -> Path:
@@ -185,11 +189,12 @@ class LocalBlobStore:
         except FileNotFoundError:
             raise NotFound(f"no blob stored under {storage_key!r} in {self.root}") from None
 
-    def put(self, storage_key: str, content: bytes) -> StoredBlob:
+    def put(self, storage_key: str, content: bytes | bytearray | memoryview) -> StoredBlob:
         """Write ``content`` under ``storage_key`` atomically (a reader never sees half a file)."""
-        stored = Content(
-            sha256=hashlib.sha256(content).hexdigest(), size_bytes=len(content), data=content
-        )
+        if not isinstance(content, bytes | bytearray | memoryview):
+            raise ValidationError(f"content must be bytes, not {type(content).__name__}")
+        data = bytes(content)
+        stored = Content(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), data=data)
         self.put_many([(storage_key, stored)])
         return StoredBlob(
             storage_key=storage_key, sha256=stored.sha256, size_bytes=stored.size_bytes
