@@ -42,7 +42,13 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from dms import citus
 from dms.config import SHARED_SCHEMA, Settings, settings_of
-from dms.errors import InvalidTenantName, NotMigrated, TenantExists, TenantNotFound
+from dms.errors import (
+    InvalidTenantName,
+    NotMigrated,
+    TenantExists,
+    TenantNotFound,
+    ValidationError,
+)
 from dms.schema.shared import TENANT_SLUG_PATTERN, tenants
 from dms.schema.tenant import USERS_SCHEMA
 
@@ -137,7 +143,11 @@ def limit_tenants_per_connection(engine: Engine, limit: int = TENANTS_PER_CONNEC
 
     Bounds what each server connection's caches hold (see the module's docstring); the price
     is a new connection per ``limit`` tenants, and caches that start cold.
+    :class:`~dms.errors.ValidationError` unless ``limit`` is an int of at least 1 (0 would
+    refuse every connection).
     """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValidationError(f"limit must be an int of at least 1, not {limit!r}")
 
     def checkout(dbapi_connection: object, record: ConnectionPoolEntry, proxy: object) -> None:
         if len(record.info.get(_SERVED, ())) >= limit:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from dms import tenancy
 from dms.config import Settings, settings_of, with_settings
 from dms.db import create_engine, database_url, normalize_url
-from dms.errors import ConfigurationError
+from dms.errors import ConfigurationError, ValidationError
 
 
 def test_explicit_url_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,3 +150,11 @@ def test_an_engine_made_elsewhere_gets_the_environments_settings(
 @pytest.mark.parametrize("scheme", ["postgres", "postgresql", "postgresql+psycopg2"])
 def test_postgres_urls_of_every_spelling_use_psycopg_3(scheme: str) -> None:
     assert normalize_url(f"{scheme}://u@h/d").drivername == "postgresql+psycopg"
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, "500", True, None])
+def test_a_tenants_per_connection_limit_below_one_or_not_an_int_is_refused(limit: object) -> None:
+    engine = sa.create_engine("postgresql+psycopg://u@h/d")
+
+    with pytest.raises(ValidationError, match="limit"):
+        tenancy.limit_tenants_per_connection(engine, limit)  # type: ignore[arg-type]
