@@ -182,7 +182,7 @@ def _refuse_wrong_way(
     if direction == "upgrade" and there < here:
         raise MigrationError(
             f"cannot upgrade to {target or 'base'}: it is below {current}, where {anchor} is "
-            "(downgrade to it instead)"
+            "(downgrade to go back to it; a tenant behind it can be upgraded alone)"
         )
     if direction == "downgrade" and there > here:
         raise MigrationError(

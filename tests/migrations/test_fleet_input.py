@@ -190,3 +190,15 @@ def test_a_wrong_way_target_without_tenants_is_a_migration_error(db: Engine) -> 
         migrations.downgrade(db, "+1")
 
     assert fleet_revisions(db) == {"shared": PREVIOUS}
+
+
+def test_a_tenant_behind_the_shared_schema_is_upgraded_alone_to_an_earlier_target(
+    fleet: Engine,
+) -> None:
+    """Control: the check counts from the anchor, here the tenant, not the shared schema."""
+    earlier = Scripts.default().chain()[-3]
+    migrations.downgrade(fleet, earlier, tenant="a")
+
+    migrations.upgrade(fleet, PREVIOUS, tenant="a")
+
+    assert fleet_revisions(fleet) == {"shared": HEAD, "a": PREVIOUS, "m": HEAD}
