@@ -65,7 +65,7 @@ NOT_A_REVISION = st.one_of(
 
 
 @pytest.fixture
-def fleet(db: Engine) -> Engine:
+def small_fleet(db: Engine) -> Engine:
     migrations.upgrade(db)
     provisioning.create_tenants(db, FLEET, jobs=1)
     return db
@@ -105,53 +105,55 @@ HYPOTHESIS = settings(
 @HYPOTHESIS
 @given(jobs=NOT_A_NUMBER_OF_PROCESSES, operation=st.sampled_from(sorted(JOBS)))
 def test_jobs_that_are_not_a_positive_int_are_refused(
-    fleet: Engine, jobs: Any, operation: str
+    small_fleet: Engine, jobs: Any, operation: str
 ) -> None:
     assume(jobs is not None and not (type(jobs) is int and jobs >= 1))  # None: the default
-    assert_refused_before_any_sql(fleet, JOBS[operation], jobs)
+    assert_refused_before_any_sql(small_fleet, JOBS[operation], jobs)
 
 
 @HYPOTHESIS
 @given(names=NOT_A_LIST_OF_NAMES, operation=st.sampled_from(sorted(NAME_LISTS)))
 def test_names_that_are_not_an_iterable_of_names_are_refused(
-    fleet: Engine, names: Any, operation: str
+    small_fleet: Engine, names: Any, operation: str
 ) -> None:
     assume(isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"))
-    assert_refused_before_any_sql(fleet, NAME_LISTS[operation], names)
+    assert_refused_before_any_sql(small_fleet, NAME_LISTS[operation], names)
 
 
-def test_one_string_drops_no_tenant_named_by_its_letters(fleet: Engine) -> None:
-    assert_refused_before_any_sql(fleet, NAME_LISTS["drop_tenants"], "am")
+def test_one_string_drops_no_tenant_named_by_its_letters(small_fleet: Engine) -> None:
+    assert_refused_before_any_sql(small_fleet, NAME_LISTS["drop_tenants"], "am")
 
 
 @HYPOTHESIS
 @given(revision=NOT_A_REVISION, operation=st.sampled_from(sorted(REVISIONS)))
 def test_a_revision_that_is_not_text_is_refused(
-    fleet: Engine, revision: Any, operation: str
+    small_fleet: Engine, revision: Any, operation: str
 ) -> None:
-    assert_refused_before_any_sql(fleet, REVISIONS[operation], revision)
+    assert_refused_before_any_sql(small_fleet, REVISIONS[operation], revision)
 
 
 @HYPOTHESIS
 @given(flag=NOT_TEXT | TEXT, operation=st.sampled_from(sorted(FLAGS)))
-def test_a_flag_that_is_not_a_bool_is_refused(fleet: Engine, flag: Any, operation: str) -> None:
+def test_a_flag_that_is_not_a_bool_is_refused(
+    small_fleet: Engine, flag: Any, operation: str
+) -> None:
     assume(not isinstance(flag, bool))
-    assert_refused_before_any_sql(fleet, FLAGS[operation], flag)
+    assert_refused_before_any_sql(small_fleet, FLAGS[operation], flag)
 
 
 @HYPOTHESIS
 @given(node=NOT_TEXT | TEXT.map(lambda text: text + "\x00"))
-def test_a_node_that_is_not_text_is_refused(fleet: Engine, node: Any) -> None:
-    assert_refused_before_any_sql(fleet, NODES["move_tenant"], node)
+def test_a_node_that_is_not_text_is_refused(small_fleet: Engine, node: Any) -> None:
+    assert_refused_before_any_sql(small_fleet, NODES["move_tenant"], node)
 
 
-def test_good_arguments_are_accepted(fleet: Engine) -> None:
+def test_good_arguments_are_accepted(small_fleet: Engine) -> None:
     """Control: the same calls with good values run (so the refusals above are the values')."""
-    provisioning.create_tenants(fleet, iter(["fresh"]), jobs=1, if_not_exists=False)
-    migrations.downgrade(fleet, PREVIOUS, jobs=1)
-    migrations.upgrade(fleet, "head", jobs=1)
-    provisioning.drop_tenants(fleet, ("fresh",), jobs=1, if_exists=True)
-    assert [tenant.slug for tenant in tenancy.list_tenants(fleet)] == FLEET
+    provisioning.create_tenants(small_fleet, iter(["fresh"]), jobs=1, if_not_exists=False)
+    migrations.downgrade(small_fleet, PREVIOUS, jobs=1)
+    migrations.upgrade(small_fleet, "head", jobs=1)
+    provisioning.drop_tenants(small_fleet, ("fresh",), jobs=1, if_exists=True)
+    assert [tenant.slug for tenant in tenancy.list_tenants(small_fleet)] == FLEET
 
 
 def fleet_revisions(engine: Engine) -> dict[str, str | None]:
@@ -159,27 +161,29 @@ def fleet_revisions(engine: Engine) -> dict[str, str | None]:
     return {"shared": status.shared_revision} | {s.slug: s.revision for s in status.tenants}
 
 
-def test_a_downgrade_to_a_later_revision_is_refused_before_any_change(fleet: Engine) -> None:
-    migrations.downgrade(fleet, PREVIOUS)
-    before = fleet_revisions(fleet)
+def test_a_downgrade_to_a_later_revision_is_refused_before_any_change(small_fleet: Engine) -> None:
+    migrations.downgrade(small_fleet, PREVIOUS)
+    before = fleet_revisions(small_fleet)
 
     with pytest.raises(MigrationError, match=f"{HEAD}: it is above {PREVIOUS}") as refused:
-        migrations.downgrade(fleet, HEAD)
+        migrations.downgrade(small_fleet, HEAD)
     with pytest.raises(MigrationError, match="it is above"):
-        migrations.downgrade(fleet, "+1")
+        migrations.downgrade(small_fleet, "+1")
 
     assert not isinstance(refused.value, MigrationFailed)  # refused whole, not tenant by tenant
-    assert fleet_revisions(fleet) == before
+    assert fleet_revisions(small_fleet) == before
 
 
-def test_an_upgrade_to_an_earlier_revision_is_refused_before_any_change(fleet: Engine) -> None:
-    before = fleet_revisions(fleet)
+def test_an_upgrade_to_an_earlier_revision_is_refused_before_any_change(
+    small_fleet: Engine,
+) -> None:
+    before = fleet_revisions(small_fleet)
 
     with pytest.raises(MigrationError, match=f"{PREVIOUS}: it is below {HEAD}") as refused:
-        migrations.upgrade(fleet, PREVIOUS)
+        migrations.upgrade(small_fleet, PREVIOUS)
 
     assert not isinstance(refused.value, MigrationFailed)
-    assert fleet_revisions(fleet) == before
+    assert fleet_revisions(small_fleet) == before
 
 
 def test_a_wrong_way_target_without_tenants_is_a_migration_error(db: Engine) -> None:
@@ -193,12 +197,12 @@ def test_a_wrong_way_target_without_tenants_is_a_migration_error(db: Engine) -> 
 
 
 def test_a_tenant_behind_the_shared_schema_is_upgraded_alone_to_an_earlier_target(
-    fleet: Engine,
+    small_fleet: Engine,
 ) -> None:
     """Control: the check counts from the anchor, here the tenant, not the shared schema."""
     earlier = Scripts.default().chain()[-3]
-    migrations.downgrade(fleet, earlier, tenant="a")
+    migrations.downgrade(small_fleet, earlier, tenant="a")
 
-    migrations.upgrade(fleet, PREVIOUS, tenant="a")
+    migrations.upgrade(small_fleet, PREVIOUS, tenant="a")
 
-    assert fleet_revisions(fleet) == {"shared": HEAD, "a": PREVIOUS, "m": HEAD}
+    assert fleet_revisions(small_fleet) == {"shared": HEAD, "a": PREVIOUS, "m": HEAD}
