@@ -53,6 +53,8 @@ def json_value(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("not JSON that can be read: nested too deeply") from None
 
 
 def moment(text: str) -> datetime:

@@ -207,6 +207,7 @@ def test_jobs_dead_requeue_and_prune(
         ["jobs", "prune", "--older-than", "nan"],
         ["jobs", "requeue", "--dead", "--older-than", "9999999999999999999999d"],
         ["healthcheck", "--max-queue-age", "9999999999999999999999"],
+        ["jobs", "enqueue", "k", "--tenant", "acme", "--payload", "[" * 10**5 + "]" * 10**5],
         ["worker", "--concurrency", "0"],
         ["jobs", "dead", "--limit", "x"],
     ],
