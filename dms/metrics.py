@@ -164,7 +164,15 @@ def serve(
     address: str = "0.0.0.0",  # noqa: S104
     worker: WorkerCollector | None = None,
 ) -> None:
-    """Serve ``/metrics`` on ``address:port`` from a daemon thread, and return at once."""
+    """Serve ``/metrics`` on ``address:port`` from a daemon thread, and return at once.
+
+    :class:`~dms.errors.ConfigurationError` if it cannot: a port in use or out of range, an
+    address that does not resolve or is not this host's.
+    """
     registry = registry_for(engine, worker=worker)
-    start_http_server(port, addr=address, registry=registry)
+    try:
+        start_http_server(port, addr=address, registry=registry)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigurationError(f"cannot serve metrics on {address}:{port}: {reason}") from exc
     log.info("metrics on http://%s:%d/metrics", address, port)

@@ -10,6 +10,8 @@ from typing import Any
 from dms.jobs.model import JobState
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: The highest TCP port.
+MAX_PORT = 65535
 
 
 def duration(text: str) -> timedelta:
@@ -44,6 +46,14 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def port(text: str) -> int:
+    """Parse a TCP port: an integer from 1 to 65535."""
+    value = positive(text)
+    if value > MAX_PORT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PORT}, not {value}")
     return value
 
 

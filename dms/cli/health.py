@@ -8,7 +8,7 @@ import threading
 from types import ModuleType
 
 from dms import health
-from dms.cli.arguments import duration, positive
+from dms.cli.arguments import duration, port
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.output import add_json_flag, emit_json
 from dms.errors import ConfigurationError
@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     metrics = commands.add_parser(
         "metrics", help="serve the queue's Prometheus metrics until SIGTERM (dms[metrics])"
     )
-    metrics.add_argument("--port", type=positive, default=9187, help="TCP port (default 9187)")
+    metrics.add_argument("--port", type=port, default=9187, help="TCP port (default 9187)")
     metrics.add_argument(
         "--address",
         default="0.0.0.0",  # noqa: S104 -- an exporter is scraped from other hosts

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy.engine import Connection
 
 from dms import jobs, tenancy
-from dms.cli.arguments import duration, job_state, json_value, moment, positive
+from dms.cli.arguments import duration, job_state, json_value, moment, port, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json
@@ -34,7 +34,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     worker.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
     worker.add_argument(
         "--metrics-port",
-        type=positive,
+        type=port,
         help="also serve the queue's Prometheus metrics on this port (dms[metrics])",
     )
     worker.set_defaults(run=_worker)

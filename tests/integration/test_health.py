@@ -257,3 +257,39 @@ def test_health_limits_that_are_not_durations_are_refused_by_name(
     if name == "max_expired_lease":
         with own_db.connect() as conn, pytest.raises(ValidationError, match=f"^{name} "):
             health.queue_health(conn, **limits)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("command", [["metrics", "--port"], ["worker", "--metrics-port"]])
+def test_a_port_beyond_65535_is_a_usage_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "65536"])
+
+    assert exited.value.code == 2
+    assert "must be at most 65535, not 65536" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["metrics", "--port"], ["worker", "--metrics-port"]])
+def test_a_port_in_use_is_one_error_line(own_db: Engine, command: list[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))  # noqa: S104 -- where the exporter listens by default
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "dms", "--database-url", _url(own_db.url), *command, str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot serve metrics on 0.0.0.0:{port}: Address already in use\n"
+
+
+def test_an_address_that_does_not_resolve_is_refused(own_db: Engine) -> None:
+    metrics = metrics_module()
+
+    with pytest.raises(ConfigurationError, match=r"cannot serve metrics on no-such-host\.invalid:"):
+        metrics.serve(own_db, 9187, address="no-such-host.invalid")
