@@ -139,9 +139,18 @@ def _wheel() -> ModuleType:
 
 @contextmanager
 def _exclusive(data_dir: Path) -> Iterator[None]:
-    """Hold the data directory's lock: one process at a time starts, stops or sets up."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with (data_dir / _LOCK_FILE).open("a") as lock:
+    """Hold the data directory's lock: one process at a time starts, stops or sets up.
+
+    :class:`ConfigurationError` if the folder cannot be made or written (a file in its place,
+    no permission): a mistyped ``DMS_DATA_DIR`` is one line, not a traceback.
+    """
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock_file = (data_dir / _LOCK_FILE).open("a")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigurationError(f"cannot use the data folder {data_dir}: {reason}") from exc
+    with lock_file as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -182,7 +191,8 @@ def _postmaster(pgdata: Path) -> _Postmaster | None:
     try:
         lines = (pgdata / "postmaster.pid").read_text().splitlines()
         pid, port, socket_dir = int(lines[0]), lines[3].strip(), lines[4].strip()
-    except (FileNotFoundError, IndexError, ValueError):
+    # NotADirectoryError: a file where the data folder should be; no server runs there.
+    except (FileNotFoundError, NotADirectoryError, IndexError, ValueError):
         return None
     try:
         os.kill(pid, 0)

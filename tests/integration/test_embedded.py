@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from dms import embedded
 from dms.config import Settings
+from dms.errors import ConfigurationError
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +110,37 @@ def test_status_and_stop(data_dir: Path) -> None:
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     with pytest.raises(sa.exc.OperationalError):
         engine.connect()
+
+
+@pytest.mark.parametrize("where", ["a file", "below a file"])
+def test_a_data_folder_that_cannot_be_one_is_one_error(tmp_path: Path, where: str) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("not a folder")
+    folder = a_file if where == "a file" else a_file / "dms"
+
+    with pytest.raises(ConfigurationError, match=f"cannot use the data folder {folder}: "):
+        embedded.start(folder, settings=Settings())
+    with pytest.raises(ConfigurationError, match=f"cannot use the data folder {folder}: "):
+        embedded.stop(folder)
+    found = embedded.status(folder)
+
+    assert (found.initialised, found.running) == (False, False)
+    assert a_file.read_text() == "not a folder"
+
+
+def test_the_command_says_so_in_one_line(tmp_path: Path) -> None:
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    env = {**os.environ, "DMS_DATA_DIR": str(a_file / "dms"), "DMS_DATABASE_URL": ""}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dms", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot use the data folder {a_file / 'dms'}: Not a directory\n"
