@@ -22,7 +22,10 @@ a migration, a hand-written ``psql`` session) can break it:
   user whom a row names cannot be deleted: the columns refer to ``known_users``, filled by
   trigger ``known_users_enlist``, which refers to ``users``;
 * an imported file or folder is recorded once per source name and target folder
-  (``import_provenance``), which is what makes an interrupted import resumable.
+  (``import_provenance``), which is what makes an interrupted import resumable;
+* ``document_search`` indexes exactly what it claims to: triggers rewrite a document's rows in
+  the transaction that changes its title, tags, text values, current revision or that
+  revision's extracted text (migration 0009; :mod:`dms.repositories.search`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 
 from dms.domain.model import FieldType
 from dms.schema.naming import NAMING_CONVENTION
@@ -169,6 +172,15 @@ sa.Index(
     unique=True,
     postgresql_where=documents.c.deleted_at.is_(None),
     postgresql_nulls_not_distinct=True,
+)
+
+# ILIKE '%...%' on titles (DocumentQuery.title_contains) reads this trigram index instead of
+# scanning every document (pg_trgm, created by migration 0009).
+sa.Index(
+    "ix_documents_title_trgm",
+    documents.c.title,
+    postgresql_using="gin",
+    postgresql_ops={"title": "gin_trgm_ops"},
 )
 
 file_revisions = sa.Table(
@@ -428,3 +440,73 @@ sa.Index(
     document_metadata_choices.c.field_id,
     document_metadata_choices.c.option_id,
 )
+
+#: Longest part of a revision's text, in characters: every word of a part gets its own position
+#: in the index (PostgreSQL keeps positions up to 16,383; a word takes at least two characters
+#: with its separator) and a part's ``tsvector`` stays far below PostgreSQL's 1 MB.
+TEXT_PART_MAX_CHARS = 32768
+
+#: The tenant's search settings: one row.
+search_settings = sa.Table(
+    "search_settings",
+    metadata,
+    sa.Column("singleton", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("text_search_config", sa.Text, nullable=False, server_default="simple"),
+    sa.CheckConstraint("singleton", name="one_row"),
+    sa.CheckConstraint("text_search_config ~ '^[a-z][a-z0-9_]{0,62}$'", name="config_name"),
+)
+
+#: That a revision's text was extracted, and by what; its text is in ``revision_text_parts``
+#: (no part when the revision has no text).
+revision_texts = sa.Table(
+    "revision_texts",
+    metadata,
+    sa.Column(
+        "revision_id",
+        sa.Uuid,
+        sa.ForeignKey("file_revisions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("extractor", sa.Text, nullable=False),
+    sa.Column("parts", sa.Integer, nullable=False),
+    sa.Column("chars", sa.BigInteger, nullable=False),
+    sa.Column(
+        "extracted_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.CheckConstraint("parts >= 0", name="parts_not_negative"),
+    sa.CheckConstraint("chars >= 0", name="chars_not_negative"),
+    sa.CheckConstraint("btrim(extractor) <> ''", name="extractor_named"),
+)
+
+revision_text_parts = sa.Table(
+    "revision_text_parts",
+    metadata,
+    sa.Column(
+        "revision_id",
+        sa.Uuid,
+        sa.ForeignKey("revision_texts.revision_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("part_no", sa.Integer, primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.CheckConstraint("part_no >= 1", name="part_no_positive"),
+    sa.CheckConstraint(f"length(body) <= {TEXT_PART_MAX_CHARS}", name="body_fits_index"),
+)
+
+#: The full-text index: per document and part of its current revision's text, that part's
+#: terms (weight D) followed by the title (A), tag names and text values (B). ``config`` is
+#: the text search configuration the row was built with. Written by triggers only.
+document_search = sa.Table(
+    "document_search",
+    metadata,
+    sa.Column(
+        "document_id",
+        sa.Uuid,
+        sa.ForeignKey("documents.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("part_no", sa.Integer, primary_key=True),
+    sa.Column("config", sa.Text, nullable=False),
+    sa.Column("terms", TSVECTOR, nullable=False),
+)
+sa.Index("ix_document_search_terms", document_search.c.terms, postgresql_using="gin")

@@ -36,6 +36,12 @@ TENANT_TRIGGERS = {
             "import_provenance",
         )
     ),
+    # Keep document_search in step with what it indexes (migration 0009).
+    ("documents", "search_documents_changed"),
+    ("document_tags", "search_links_changed"),
+    ("document_metadata", "search_links_changed"),
+    ("tags", "search_tag_renamed"),
+    ("revision_texts", "search_text_extracted"),
 }
 
 
@@ -89,6 +95,10 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
         "file_revisions_guard",
         "folders_guard",
         "known_users_enlist",
+        "search_header",
+        "search_rebuild",
+        "search_refresh_header",
+        *(trigger for _table, trigger in TENANT_TRIGGERS if trigger.startswith("search_")),
     }
     # The functions pin search_path to their own schema (normalised), not to the caller's.
     assert all("search_path TO '<schema>'" in str(row[2]) for row in migrated.functions)
