@@ -19,6 +19,7 @@ from dms.domain import (
     MetadataFilter,
     Page,
     Revision,
+    Snippet,
     Tag,
 )
 from dms.errors import (
@@ -77,6 +78,7 @@ __all__ = [
     "Page",
     "Revision",
     "Settings",
+    "Snippet",
     "Tag",
     "Tenant",
     "TenantExists",

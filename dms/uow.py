@@ -36,6 +36,7 @@ from dms.repositories import (
     FolderRepository,
     MetadataRepository,
     RevisionRepository,
+    SearchRepository,
     TagRepository,
 )
 from dms.repositories._base import Repository
@@ -195,6 +196,11 @@ class UnitOfWork:
     def metadata(self) -> MetadataRepository:
         """Metadata fields, options and values of the tenant."""
         return self._repository(MetadataRepository)
+
+    @property
+    def search(self) -> SearchRepository:
+        """The tenant's content search: its settings, extracted texts and index."""
+        return self._repository(SearchRepository)
 
     def _repository(self, kind: type[_R]) -> _R:
         # Created on first use and only while open: a repository never outlives its connection.

@@ -14,10 +14,11 @@ Tenant part:
 
 * ``search_settings``: at most one row, the tenant's text search configuration (none:
   ``simple``; ``dms search config`` changes it and reindexes);
-* ``revision_texts`` and ``revision_text_parts``: the text extracted from a revision (job
+* ``revision_text_parts`` and ``revision_texts``: the text extracted from a revision (job
   ``revision.extract``), split into parts short enough that PostgreSQL indexes every word of
-  each (:mod:`dms.extraction` says why); a ``revision_texts`` row also records that a revision
-  was extracted when it had no text at all, which is what makes the backfill resumable;
+  each (:mod:`dms.extraction` says why), and the row that says the revision was extracted
+  (written after its parts; also when it had no text at all, which is what makes the backfill
+  resumable);
 * ``document_search``: per document and part of its current revision's text, the ``tsvector``
   of that part (weight D) followed by the document's title (A) and its tag names and text
   metadata values (B), with a GIN index. Written by triggers in the transaction that changes
@@ -49,11 +50,15 @@ EXTENSIONS = ("unaccent", "pg_trgm")
 #: The comment that marks an extension this revision created (and its downgrade may drop).
 CREATED_HERE = "created by dms revision 0009"
 
+#: Text as it is indexed and searched: without accents (``unaccent``'s own dictionary, named
+#: with its schema: the one-argument form would look it up on the caller's search path).
+FOLD = "SELECT {unaccent}({dictionary}, body)"
+
 #: The document's weighted header: title (A), tag names and text metadata values (B). At most
 #: HEADER_VALUE_CHARS of values, so that a huge text value cannot push a tsvector past 1 MB.
 HEADER = """
-SELECT setweight(to_tsvector(cfg, {unaccent}({dictionary}, d.title)), 'A')
-    || setweight(to_tsvector(cfg, {unaccent}({dictionary}, left(concat_ws(' ',
+SELECT setweight(to_tsvector(cfg, search_fold(d.title)), 'A')
+    || setweight(to_tsvector(cfg, search_fold(left(concat_ws(' ',
         (SELECT string_agg(t.name, ' ') FROM document_tags dt JOIN tags t ON t.id = dt.tag_id
           WHERE dt.document_id = doc),
         (SELECT string_agg(concat_ws(' ', m.value_string, m.value_text, m.value_url), ' ')
@@ -69,8 +74,7 @@ BEGIN
     DELETE FROM document_search WHERE document_id = doc;
     INSERT INTO document_search (document_id, part_no, config, terms)
     SELECT d.id, coalesce(p.part_no, 1), cfg,
-           setweight(to_tsvector(cfg::regconfig,
-                                 {unaccent}({dictionary}, coalesce(p.body, ''))), 'D')
+           setweight(to_tsvector(cfg::regconfig, search_fold(coalesce(p.body, ''))), 'D')
            || coalesce(search_header(d.id, cfg::regconfig), ''::tsvector)
       FROM documents d
       LEFT JOIN revision_text_parts p ON p.revision_id = d.current_revision_id
@@ -123,8 +127,10 @@ END
 """
 
 TEXT_EXTRACTED = """
+DECLARE
+    revision uuid := CASE TG_OP WHEN 'DELETE' THEN OLD.revision_id ELSE NEW.revision_id END;
 BEGIN
-    PERFORM search_rebuild(d.id) FROM documents d WHERE d.current_revision_id = NEW.revision_id;
+    PERFORM search_rebuild(d.id) FROM documents d WHERE d.current_revision_id = revision;
     RETURN NULL;
 END
 """
@@ -135,7 +141,7 @@ TRIGGERS = (
     ("search_links_changed", "document_tags", "INSERT OR UPDATE OR DELETE"),
     ("search_links_changed", "document_metadata", "INSERT OR UPDATE OR DELETE"),
     ("search_tag_renamed", "tags", "UPDATE OF name"),
-    ("search_text_extracted", "revision_texts", "INSERT"),
+    ("search_text_extracted", "revision_texts", "INSERT OR DELETE"),
 )
 _extension = sa.table(
     "pg_extension",
@@ -315,8 +321,8 @@ def _create_tables(schema: str) -> None:
         sa.PrimaryKeyConstraint("revision_id", "part_no", name="pk_revision_text_parts"),
         sa.ForeignKeyConstraint(
             ["revision_id"],
-            [f"{schema}.revision_texts.revision_id"],
-            name="fk_revision_text_parts_revision_id_revision_texts",
+            [f"{schema}.file_revisions.id"],
+            name="fk_revision_text_parts_revision_id_file_revisions",
             ondelete="CASCADE",
         ),
         sa.CheckConstraint("part_no >= 1", name="ck_revision_text_parts_part_no_positive"),
@@ -359,6 +365,7 @@ def _create_functions(schema: str) -> None:
         + "::regdictionary",
     }
     functions = (
+        ("search_fold", "body text", "text", "sql IMMUTABLE PARALLEL SAFE STRICT", FOLD),
         ("search_header", "doc uuid, cfg regconfig", "tsvector", "sql STABLE", HEADER),
         ("search_rebuild", "doc uuid", "void", "plpgsql", REBUILD),
         ("search_refresh_header", "doc uuid", "void", "plpgsql", REFRESH_HEADER),
@@ -411,6 +418,7 @@ def _downgrade_tenant(schema: str) -> None:
         ("search_refresh_header", "uuid"),
         ("search_rebuild", "uuid"),
         ("search_header", "uuid, regconfig"),
+        ("search_fold", "text"),
     ):
         execute_ddl(
             bind,

@@ -15,7 +15,7 @@ from .model import (
     Revision,
     Tag,
 )
-from .search import Cursor, DocumentQuery, MetadataFilter, Page
+from .search import Cursor, DocumentQuery, MetadataFilter, Page, Snippet
 
 __all__ = [
     "Blob",
@@ -34,5 +34,6 @@ __all__ = [
     "NewRevision",
     "Page",
     "Revision",
+    "Snippet",
     "Tag",
 ]

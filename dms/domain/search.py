@@ -1,8 +1,9 @@
 """Search filters and keyset pagination, as values.
 
 A :class:`DocumentQuery` combines filters with AND; :class:`Page` carries one page of results
-and the :class:`Cursor` of the next. Pages are ordered by ``(lower(title), id)``, a total order,
-so that a page boundary never skips or repeats a document however the data changes.
+and the :class:`Cursor` of the next. Pages are ordered by ``(lower(title), id)``, or, for a
+content search (``text``), by ``(relevance descending, id)``: a total order either way, so
+that a page boundary never skips or repeats a document.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
@@ -20,6 +22,7 @@ from typing import Generic, TypeVar
 from dms.errors import ValidationError
 
 from .model import MetadataValue
+from .text_query import parse_text_query
 from .validation import check_flag, check_id, check_optional_id, check_text, shown
 
 #: Largest page a query may ask for; bigger pages are a bulk export, not a search.
@@ -56,6 +59,8 @@ class DocumentQuery:
     """Filters of a document search; all given filters must hold.
 
     ``folder_id`` with ``include_subfolders`` searches the whole live subtree of the folder.
+    ``text`` searches the documents' content, titles, tags and text values in the syntax of
+    :mod:`dms.domain.text_query`, and orders the results by relevance.
     """
 
     folder_id: uuid.UUID | None = None
@@ -64,19 +69,27 @@ class DocumentQuery:
     tags_any: frozenset[uuid.UUID] = field(default_factory=frozenset)
     title_contains: str | None = None
     metadata: tuple[MetadataFilter, ...] = ()
+    text: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cursor:
-    """Where the next page starts: after the document with this sort key and id."""
+    """Where the next page starts: after the document with this sort key and id.
+
+    ``rank`` is set for the pages of a content search (its sort key is the relevance, and
+    ``title_key`` is then ``""``), and only then.
+    """
 
     title_key: str
     id: uuid.UUID
+    rank: float | None = None
 
     def encode(self) -> str:
         """Return an opaque URL-safe token for APIs."""
-        raw = json.dumps([self.title_key, str(self.id)]).encode()
-        return base64.urlsafe_b64encode(raw).decode()
+        fields: list[object] = [self.title_key, str(self.id)]
+        if self.rank is not None:
+            fields.append(self.rank)  # repr of a float round-trips exactly
+        return base64.urlsafe_b64encode(json.dumps(fields).encode()).decode()
 
     @classmethod
     def decode(cls, token: str) -> Cursor:
@@ -84,18 +97,54 @@ class Cursor:
         if not isinstance(token, str):
             raise ValidationError(f"not a page cursor: {shown(token)}")
         try:
-            title_key, id_ = json.loads(base64.urlsafe_b64decode(token.encode()))
-            return cls(title_key=str(title_key), id=uuid.UUID(id_))
+            title_key, id_, *rank = json.loads(base64.urlsafe_b64decode(token.encode()))
+            if len(rank) > 1 or not all(type(value) in (int, float) for value in rank):
+                raise ValueError("not a rank")
+            cursor = cls(
+                title_key=str(title_key), id=uuid.UUID(id_), rank=float(rank[0]) if rank else None
+            )
         except (ValueError, TypeError, binascii.Error) as exc:
             raise ValidationError(f"not a page cursor: {shown(token)}") from exc
+        check_cursor(cursor)
+        return cursor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snippet:
+    """A passage of a document's text around what a content search found.
+
+    ``highlights`` are the ``(start, end)`` offsets in ``text`` of the matched words, so that a
+    caller can mark them in whatever its output is (:meth:`marked` for plain text).
+    """
+
+    text: str
+    highlights: tuple[tuple[int, int], ...] = ()
+
+    def marked(self, start: str = "[", end: str = "]") -> str:
+        """``text`` with each highlight between ``start`` and ``end``."""
+        pieces: list[str] = []
+        position = 0
+        for first, last in self.highlights:
+            pieces += [self.text[position:first], start, self.text[first:last], end]
+            position = last
+        pieces.append(self.text[position:])
+        return "".join(pieces)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Page(Generic[T]):
-    """One page of results; ``next_cursor`` is ``None`` on the last page."""
+    """One page of results; ``next_cursor`` is ``None`` on the last page.
+
+    A content search also gives each document's :class:`Snippet` (by document id, for the
+    documents of this page only) and the number of matches: exact up to a limit
+    (``total_exact``), a lower bound beyond it.
+    """
 
     items: Sequence[T]
     next_cursor: Cursor | None
+    snippets: Mapping[uuid.UUID, Snippet] = field(default_factory=dict)
+    estimated_total: int | None = None
+    total_exact: bool = True
 
 
 def check_page_size(limit: int) -> int:
@@ -123,6 +172,8 @@ def check_query(query: object) -> DocumentQuery:
             check_id("tag", tag_id)
     if query.title_contains is not None:
         check_text("title filter", query.title_contains)
+    if query.text is not None:
+        parse_text_query(query.text)
     if not isinstance(query.metadata, (tuple, list)):
         raise ValidationError(f"metadata filters must be a tuple, not {shown(query.metadata)}")
     for wanted in query.metadata:
@@ -140,4 +191,7 @@ def check_cursor(after: object) -> Cursor | None:
         raise ValidationError(f"a page starts after a Cursor, not {shown(after)}")
     check_text("page cursor", after.title_key)
     check_id("document", after.id)
+    rank = after.rank
+    if rank is not None and (type(rank) is not float or not math.isfinite(rank)):
+        raise ValidationError(f"a page cursor's rank is a finite float, not {shown(rank)}")
     return after

@@ -11,13 +11,14 @@ nothing; the one exception, named where it is, is a required field's backfill, w
 span aggregates (a tag or a value bumps its document's version, a required field reaches every
 document, a search needs its fields) are use cases in :mod:`dms.services`. The modules import
 each other in one direction only (``documents`` uses ``folders``, ``tags`` and ``metadata``;
-``revisions`` uses ``documents``), which ``tests/unit/test_layers.py`` checks.
+``revisions`` uses ``documents``; ``documents`` uses ``search`` for content searches), which ``tests/unit/test_layers.py`` checks.
 """
 
 from .documents import DocumentRepository
 from .folders import FolderRepository
 from .metadata import MetadataRepository
 from .revisions import RevisionRepository
+from .search import SearchRepository
 from .tags import TagRepository
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "FolderRepository",
     "MetadataRepository",
     "RevisionRepository",
+    "SearchRepository",
     "TagRepository",
 ]

@@ -21,6 +21,7 @@ from sqlalchemy.sql.dml import Insert
 
 from dms.domain import Cursor, Document, DocumentQuery, MetadataField, NewDocument, Page
 from dms.domain.search import check_cursor, check_page_size, check_query
+from dms.domain.text_query import parse_text_query
 from dms.domain.validation import (
     check_flag,
     check_id,
@@ -33,7 +34,7 @@ from dms.domain.validation import (
 from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound, ValidationError
 from dms.schema import tenant as t
 
-from . import _recordset, _rows, folders, metadata, tags
+from . import _recordset, _rows, folders, metadata, search, tags
 from ._base import Repository
 from ._lock import LockTable
 from .errors import translated
@@ -251,7 +252,7 @@ class DocumentRepository(Repository):
     ) -> Page[Document]:
         """Return one page of live documents matching ``query``, ordered by title then id.
 
-        ``fields`` are the fields of ``query``'s metadata filters, by id:
+        With ``query.text``, ordered by relevance (highest first) then id instead. ``fields`` are the fields of ``query``'s metadata filters, by id:
         :func:`dms.services.search_documents` reads them and calls this. Pass the page's
         ``next_cursor`` as ``after`` for the next page; the cost of a page does not grow with
         its position (keyset, not OFFSET).
@@ -274,6 +275,10 @@ class DocumentRepository(Repository):
         check_query(query)
         check_page_size(limit)
         check_cursor(after)
+        if query.text is not None:
+            return self._text_search_statement(query, fields or {}, limit=limit, after=after)
+        if after is not None and after.rank is not None:
+            raise ValidationError("this cursor belongs to a content search (text=...)")
         statement = (
             sa.select(*COLUMNS, _TITLE_KEY.label("title_key"))
             .where(_d.c.deleted_at.is_(None), *_conditions(query, {} if fields is None else fields))
@@ -292,6 +297,56 @@ class DocumentRepository(Repository):
                 sa.tuple_(_TITLE_KEY, _d.c.id) > (after.title_key, after.id),
             )
         return statement
+
+    def _text_search_statement(
+        self,
+        query: DocumentQuery,
+        fields: Mapping[uuid.UUID, MetadataField],
+        *,
+        limit: int,
+        after: Cursor | None,
+    ) -> sa.Select[Any]:
+        statement, rank = self._text_matches(query, fields)
+        statement = statement.order_by(rank.desc(), _d.c.id)
+        if after is not None:
+            if after.rank is None:
+                raise ValidationError("this cursor belongs to a search without text")
+            statement = statement.where(
+                sa.or_(rank < after.rank, sa.and_(rank == after.rank, _d.c.id > after.id))
+            )
+        return statement.limit(limit + 1)
+
+    def _text_matches(
+        self, query: DocumentQuery, fields: Mapping[uuid.UUID, MetadataField]
+    ) -> tuple[sa.Select[Any], sa.ColumnElement[float]]:
+        """The live documents that ``query`` matches, with their rank, and the rank column."""
+        assert query.text is not None  # noqa: S101 (the callers' condition)
+        matches = search.text_matches(self._tenant, parse_text_query(query.text))
+        statement = (
+            sa.select(*COLUMNS, matches.c.rank)
+            .join_from(_d, matches, matches.c.document_id == _d.c.id)
+            .where(_d.c.deleted_at.is_(None), *_conditions(query, fields))
+        )
+        return statement, matches.c.rank
+
+    def count_matches(
+        self, query: DocumentQuery, *, fields: Mapping[uuid.UUID, MetadataField] | None = None
+    ) -> tuple[int, bool]:
+        """How many live documents a content search matches, and whether that is exact.
+
+        Counted up to :data:`dms.repositories.search.COUNT_LIMIT`; beyond it the count is that
+        limit and not exact (counting every match of a common word would cost what ranking
+        them all costs).
+        """
+        check_query(query)
+        if query.text is None:
+            raise ValidationError("only a content search (text=...) counts its matches")
+        matched, _rank = self._text_matches(query, fields or {})
+        limited = matched.limit(search.COUNT_LIMIT + 1)
+        counted = int(
+            self._execute(sa.select(sa.func.count()).select_from(limited.subquery())).scalar_one()
+        )
+        return min(counted, search.COUNT_LIMIT), counted <= search.COUNT_LIMIT
 
     def _listed(self, condition: sa.ColumnElement[bool]) -> list[Document]:
         rows = self._execute(
@@ -461,6 +516,8 @@ def _page(rows: list[Any], limit: int) -> Page[Document]:
     if len(rows) <= limit:
         return Page(items=items, next_cursor=None)
     last = rows[limit - 1]
+    if "rank" in last._fields:
+        return Page(items=items, next_cursor=Cursor(title_key="", id=last.id, rank=last.rank))
     return Page(items=items, next_cursor=Cursor(title_key=last.title_key, id=last.id))
 
 

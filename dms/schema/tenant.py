@@ -457,7 +457,8 @@ search_settings = sa.Table(
 )
 
 #: That a revision's text was extracted, and by what; its text is in ``revision_text_parts``
-#: (no part when the revision has no text).
+#: (no part when the revision has no text), written before this row, whose insert (trigger
+#: ``search_text_extracted``) rebuilds the index rows of the document it is current for.
 revision_texts = sa.Table(
     "revision_texts",
     metadata,
@@ -484,7 +485,7 @@ revision_text_parts = sa.Table(
     sa.Column(
         "revision_id",
         sa.Uuid,
-        sa.ForeignKey("revision_texts.revision_id", ondelete="CASCADE"),
+        sa.ForeignKey("file_revisions.id", ondelete="CASCADE"),
         primary_key=True,
     ),
     sa.Column("part_no", sa.Integer, primary_key=True),

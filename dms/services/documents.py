@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping
 
 from dms.domain import Cursor, Document, DocumentQuery, Page, Revision
 from dms.domain.search import check_query
+from dms.domain.text_query import parse_text_query
 from dms.domain.validation import check_ids, shown
 from dms.errors import ValidationError
 from dms.uow import UnitOfWork
@@ -87,7 +89,22 @@ def search_documents(
     Reads the fields that the metadata filters name (:class:`~dms.errors.NotFound` for an
     unknown one), then searches. Pass the page's ``next_cursor`` as ``after`` for the next
     page; the cost of a page does not grow with its position (keyset, not OFFSET).
+
+    A content search (``query.text``, syntax in :mod:`dms.domain.text_query`) orders by
+    relevance, then id, and its page also carries a highlighted :class:`~dms.domain.Snippet`
+    of each of its documents that has text, and the number of matches
+    (``estimated_total``, exact up to 1,000: ``total_exact``).
     """
     check_query(query)
     fields = uow.metadata.get_fields(wanted.field_id for wanted in query.metadata)
-    return uow.documents.search(query, fields=fields, limit=limit, after=after)
+    page = uow.documents.search(query, fields=fields, limit=limit, after=after)
+    if query.text is None:
+        return page
+    current = {d.id: d.current_revision_id for d in page.items if d.current_revision_id}
+    total, exact = uow.documents.count_matches(query, fields=fields)
+    return dataclasses.replace(
+        page,
+        snippets=uow.search.snippets(current, parse_text_query(query.text)),
+        estimated_total=total,
+        total_exact=exact,
+    )

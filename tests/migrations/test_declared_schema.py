@@ -95,6 +95,7 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
         "file_revisions_guard",
         "folders_guard",
         "known_users_enlist",
+        "search_fold",
         "search_header",
         "search_rebuild",
         "search_refresh_header",
