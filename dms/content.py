@@ -130,6 +130,11 @@ def decompressed_sample(data: bytes) -> bytes:
     return data[:SAMPLE_BYTES]
 
 
+def has_binary_magic(data: bytes) -> bool:
+    """Whether ``data`` starts like a known binary format (PDF, PNG, ZIP, ELF, ...)."""
+    return data.startswith(_BINARY_MAGIC)
+
+
 def is_textual_type(mime_type: str) -> bool:
     """Whether files of ``mime_type`` (normalised) are meant to be read as text."""
     essence = mime_type.split(";", 1)[0]

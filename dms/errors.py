@@ -13,6 +13,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── FleetStopped                a fleet operation stopped early (server gone, worker died)
     ├── ClusterError                a Citus operation cannot run (not a cluster, unknown node)
     ├── ValidationError (ValueError) bad input caught before any SQL runs
+    ├── UnreadableContent (ValueError) a file's bytes are in a format that cannot be read
     ├── NotFound (LookupError)      a referenced row does not exist
     ├── AlreadyExists               a unique key is taken
     │   └── TenantExists            a tenant of that name is registered
@@ -161,6 +162,10 @@ class LeaseLost(DmsError):
 
 class JobFinished(DmsError):
     """The job already completed (``done``): there is nothing left to cancel."""
+
+
+class UnreadableContent(DmsError, ValueError):
+    """A file's bytes claim a format that cannot be read: corrupt, truncated or encrypted."""
 
 
 class PermanentFailure(DmsError):

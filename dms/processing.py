@@ -1,4 +1,11 @@
-"""Processing of uploaded revisions: the job kind ``dms`` ships, and its handler.
+"""Processing of uploaded revisions: the job kinds ``dms`` ships, and their handlers.
+
+``revision.extract`` (:data:`~dms.services.EXTRACT_REVISION`, enqueued with every revision by
+:func:`dms.services.add_revision`, ``dms import`` and the seed) reads a revision's bytes,
+extracts their text (:mod:`dms.extraction`) and stores it in the tenant's search tables, which
+indexes it in the same transaction. Bytes that cannot be read (corrupt, encrypted) or that do not
+match the revision's SHA-256 fail the job for good with the reason; a revision that is no longer
+its document's current one is skipped (search indexes current revisions only).
 
 ``revision.verify`` reads a revision's bytes from the blob store, checks them against the
 recorded SHA-256 and size, and records the outcome on the document as metadata: ``Integrity``
@@ -30,9 +37,10 @@ from collections.abc import Iterable, Mapping
 from dms import jobs
 from dms.content import preview
 from dms.domain import FieldType, Revision
-from dms.errors import NotFound, PermanentFailure, ValidationError
+from dms.errors import NotFound, PermanentFailure, UnreadableContent, ValidationError
+from dms.extraction import DEFAULT_EXTRACTORS, ExtractorRegistry, extract_text
 from dms.jobs import Enqueued, Handler, Job, NewJob
-from dms.services import clear_value, define_field, set_value
+from dms.services import EXTRACT_REVISION, clear_value, define_field, set_value
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 
@@ -147,6 +155,57 @@ def _record(uow: UnitOfWork, document_id: uuid.UUID, outcome: str, shown: str | 
         clear_value(uow, document_id, preview_field.id)
 
 
-def handlers(store: LocalBlobStore) -> Mapping[str, Handler[UnitOfWork]]:
-    """Every job kind ``dms`` ships, mapped to its handler."""
-    return {VERIFY_REVISION: verify_revision(store)}
+def extract_revision(
+    store: LocalBlobStore, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
+) -> Handler[UnitOfWork]:
+    """The handler of ``revision.extract`` jobs, reading blobs from ``store``."""
+
+    def handle(uow: UnitOfWork, job: Job, /) -> None:
+        revision_id = _revision_id(job)
+        try:
+            revision = uow.revisions.get(revision_id)
+        except NotFound:
+            _log.info(
+                "job %s: revision %s is gone (purged): nothing to extract", job.id, revision_id
+            )
+            return
+        document = uow.documents.get(revision.document_id, include_deleted=True)
+        if document.current_revision_id != revision.id:
+            return  # superseded: the index holds current revisions only
+        content = _intact_content(store, revision, job)
+        try:
+            extracted = extract_text(content, revision.mime_type, extractors)
+        except UnreadableContent as exc:
+            raise PermanentFailure(f"job {job.id}: revision {revision.id}: {exc}") from exc
+        uow.search.store_text(revision.id, extractor=extracted.extractor, parts=extracted.parts)
+
+    return handle
+
+
+def _intact_content(store: LocalBlobStore, revision: Revision, job: Job) -> bytes:
+    try:
+        content = store.read(revision.storage_key)
+    except NotFound as exc:
+        raise PermanentFailure(
+            f"job {job.id}: revision {revision.id}: its blob {revision.storage_key!r} is missing"
+        ) from exc
+    if len(content) != revision.size_bytes or (
+        hashlib.sha256(content).hexdigest() != revision.sha256
+    ):
+        raise PermanentFailure(
+            f"job {job.id}: revision {revision.id}: the stored bytes do not match its SHA-256"
+        )
+    return content
+
+
+def handlers(
+    store: LocalBlobStore, *, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
+) -> Mapping[str, Handler[UnitOfWork]]:
+    """Every job kind ``dms`` ships, mapped to its handler.
+
+    ``extractors``: see :mod:`dms.extraction` for adding OCR or office formats.
+    """
+    return {
+        VERIFY_REVISION: verify_revision(store),
+        EXTRACT_REVISION: extract_revision(store, extractors),
+    }

@@ -183,17 +183,30 @@ def downgrade(*, scope: MigrationScope) -> None:
         _drop_extensions()
 
 
+#: Creates an extension unless the database has it, marking it as created here. One statement
+#: that decides on the server: a new tenant's recording (dms.migrations.template) replays it on
+#: databases that may or may not have the extension.
+ENSURE_EXTENSION = """
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = {name}) THEN
+        CREATE EXTENSION {identifier};
+        COMMENT ON EXTENSION {identifier} IS {comment};
+    END IF;
+END
+"""
+
+
 def _create_extensions() -> None:
     bind = op.get_bind()
     for name in EXTENSIONS:
-        if _extension_schema(name) is not None:
-            continue
-        execute_ddl(bind, sql.SQL("CREATE EXTENSION {}").format(sql.Identifier(name)))
+        body = sql.SQL(ENSURE_EXTENSION).format(
+            name=sql.Literal(name),
+            identifier=sql.Identifier(name),
+            comment=sql.Literal(CREATED_HERE),
+        )
         execute_ddl(
             bind,
-            sql.SQL("COMMENT ON EXTENSION {} IS {}").format(
-                sql.Identifier(name), sql.Literal(CREATED_HERE)
-            ),
+            sql.SQL("DO {}").format(sql.Literal(body.as_string(bind.connection.driver_connection))),
         )
 
 
@@ -326,7 +339,7 @@ def _create_tables(schema: str) -> None:
             ondelete="CASCADE",
         ),
         sa.CheckConstraint("part_no >= 1", name="ck_revision_text_parts_part_no_positive"),
-        sa.CheckConstraint("length(body) <= 32768", name="ck_revision_text_parts_body_fits_index"),
+        sa.CheckConstraint("length(body) <= 16000", name="ck_revision_text_parts_body_fits_index"),
         schema=schema,
     )
     op.create_table(

@@ -98,15 +98,18 @@ class Cursor:
             raise ValidationError(f"not a page cursor: {shown(token)}")
         try:
             title_key, id_, *rank = json.loads(base64.urlsafe_b64decode(token.encode()))
-            if len(rank) > 1 or not all(type(value) in (int, float) for value in rank):
-                raise ValueError("not a rank")
-            cursor = cls(
-                title_key=str(title_key), id=uuid.UUID(id_), rank=float(rank[0]) if rank else None
-            )
+            cursor = cls(title_key=str(title_key), id=uuid.UUID(id_), rank=_rank_of(rank))
         except (ValueError, TypeError, binascii.Error) as exc:
             raise ValidationError(f"not a page cursor: {shown(token)}") from exc
-        check_cursor(cursor)
         return cursor
+
+
+def _rank_of(fields: list[object]) -> float | None:
+    if not fields:
+        return None
+    if len(fields) > 1 or type(fields[0]) not in (int, float):
+        raise ValueError("not a rank")
+    return float(fields[0])  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,7 +53,7 @@ from dms.repositories.documents import TITLE_MAX_CHARS
 from dms.repositories.folders import NAME_MAX_CHARS
 from dms.repositories.imports import ImportRepository, NewImportedDocument, NewImportedEntry
 from dms.schema.tenant import MAX_FOLDER_DEPTH
-from dms.services import set_values
+from dms.services import extraction_jobs, set_values
 from dms.storage import Content, LocalBlobStore
 from dms.uow import UnitOfWork
 
@@ -300,7 +300,13 @@ class _Importer:
                 self._create_documents(uow, batch, keys)
                 revisions = self._add_revisions(uow, batch, keys)
                 self._record(uow, batch)
-                enqueued = jobs.enqueue_many(uow, verification_jobs(self.tenant, revisions))
+                enqueued = jobs.enqueue_many(
+                    uow,
+                    [
+                        *verification_jobs(self.tenant, revisions),
+                        *extraction_jobs(self.tenant, revisions),
+                    ],
+                )
                 waited = time.perf_counter()
                 stored = writing.result()
                 blob_wait = time.perf_counter() - waited

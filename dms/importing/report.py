@@ -138,7 +138,7 @@ class ImportReport:
             f"of tenant {self.tenant}; {c.revisions_added} changed file(s) got a new revision, "
             f"{c.unchanged} were already imported; {c.renamed} renamed, {c.skipped} skipped.\n"
             f"{c.blobs_written} blob(s) written, {c.blobs_already_stored} already stored; "
-            f"{c.jobs_enqueued} verification job(s) enqueued.\n"
+            f"{c.jobs_enqueued} job(s) enqueued (verification, text extraction).\n"
             f"{t.total:.1f} s ({self.files_per_second:.0f} files/s): database "
             f"{t.database:.1f} s; alongside it reading and hashing {t.reading_and_hashing:.1f} s "
             f"(waited for {t.waiting_for_reads:.1f} s) and blob writes {t.blob_writes:.1f} s "

@@ -11,7 +11,8 @@ nothing; the one exception, named where it is, is a required field's backfill, w
 span aggregates (a tag or a value bumps its document's version, a required field reaches every
 document, a search needs its fields) are use cases in :mod:`dms.services`. The modules import
 each other in one direction only (``documents`` uses ``folders``, ``tags`` and ``metadata``;
-``revisions`` uses ``documents``; ``documents`` uses ``search`` for content searches), which ``tests/unit/test_layers.py`` checks.
+``revisions`` uses ``documents``; ``documents`` uses ``search`` for content searches), which
+``tests/unit/test_layers.py`` checks.
 """
 
 from .documents import DocumentRepository

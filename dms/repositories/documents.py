@@ -252,7 +252,8 @@ class DocumentRepository(Repository):
     ) -> Page[Document]:
         """Return one page of live documents matching ``query``, ordered by title then id.
 
-        With ``query.text``, ordered by relevance (highest first) then id instead. ``fields`` are the fields of ``query``'s metadata filters, by id:
+        With ``query.text``, ordered by relevance (highest first) then id instead. ``fields``
+        are the fields of ``query``'s metadata filters, by id:
         :func:`dms.services.search_documents` reads them and calls this. Pass the page's
         ``next_cursor`` as ``after`` for the next page; the cost of a page does not grow with
         its position (keyset, not OFFSET).

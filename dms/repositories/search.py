@@ -36,7 +36,7 @@ from dms import tenancy
 from dms.domain import Snippet
 from dms.domain.text_query import Term, TextQuery
 from dms.domain.validation import check_id, check_ids, check_text, shown
-from dms.errors import NotFound, ValidationError
+from dms.errors import ValidationError
 from dms.schema import tenant as t
 
 from . import _recordset
@@ -244,7 +244,7 @@ class SearchRepository(Repository):
     def unextracted(
         self, revision_ids: sa.Select[tuple[uuid.UUID]], *, after: uuid.UUID | None, limit: int
     ) -> list[uuid.UUID]:
-        """Up to ``limit`` of ``revision_ids`` (a select of ids) without text, by id after ``after``."""
+        """Up to ``limit`` of ``revision_ids`` (a select of ids) not extracted, id > ``after``."""
         candidates = revision_ids.subquery("candidates")
         id_ = candidates.c[0]
         statement = (
@@ -282,22 +282,25 @@ class SearchRepository(Repository):
     def snippets(
         self, current: Mapping[uuid.UUID, uuid.UUID], query: TextQuery
     ) -> dict[uuid.UUID, Snippet]:
-        """The best passage of each document's current revision (``current``: document to
-        revision), highlighted for ``query``; documents without text have none."""
+        """The best passage of each document's current revision, highlighted for ``query``.
+
+        ``current`` maps document ids to their current revisions' ids; a document without
+        extracted text gets no snippet.
+        """
         if not current:
             return {}
         found = sa.select(tsquery(self._tenant, query)).scalar_subquery()
         pairs = _recordset.recordset(
             "current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())]
         )
-        statement = (
-            sa.select(
-                _index.c.document_id,
-                sa.func.ts_headline(_config(), _parts.c.body, found, _HEADLINE_OPTIONS).label(
-                    "headline"
-                ),
-            )
-            .distinct(_index.c.document_id)
+        # The best part of each document: a window rather than DISTINCT ON, which SQLAlchemy
+        # 2.0 and 2.1 spell differently.
+        best = sa.func.row_number().over(
+            partition_by=_index.c.document_id,
+            order_by=(_rank(_index.c.terms, found).desc(), _index.c.part_no),
+        )
+        ranked = (
+            sa.select(_index.c.document_id, _parts.c.body, best.label("place"))
             .select_from(pairs)
             .join(_index, _index.c.document_id == pairs.c.document_id)
             .join(
@@ -307,11 +310,11 @@ class SearchRepository(Repository):
                     _parts.c.part_no == _index.c.part_no,
                 ),
             )
-            .order_by(
-                _index.c.document_id,
-                _rank(_index.c.terms, found).desc(),
-                _index.c.part_no,
-            )
+            .subquery("ranked")
+        )
+        headline = sa.func.ts_headline(_config(), ranked.c.body, found, _HEADLINE_OPTIONS)
+        statement = sa.select(ranked.c.document_id, headline.label("headline")).where(
+            ranked.c.place == 1
         )
         rows = self._execute(
             statement,

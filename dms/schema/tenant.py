@@ -442,9 +442,9 @@ sa.Index(
 )
 
 #: Longest part of a revision's text, in characters: every word of a part gets its own position
-#: in the index (PostgreSQL keeps positions up to 16,383; a word takes at least two characters
-#: with its separator) and a part's ``tsvector`` stays far below PostgreSQL's 1 MB.
-TEXT_PART_MAX_CHARS = 32768
+#: in the index (PostgreSQL keeps positions up to 16,383, and no parser token is shorter than a
+#: character) and a part's ``tsvector`` stays far below PostgreSQL's 1 MB.
+TEXT_PART_MAX_CHARS = 16000
 
 #: The tenant's search settings: one row.
 search_settings = sa.Table(

@@ -17,18 +17,26 @@ aggregate that a use case starts from: :mod:`.documents`, :mod:`.folders`, :mod:
 :mod:`.metadata`.
 """
 
-from .documents import add_revision, create_document, search_documents
+from .documents import (
+    EXTRACT_REVISION,
+    add_revision,
+    create_document,
+    extraction_jobs,
+    search_documents,
+)
 from .folders import FolderRemoval, delete_folder, restore_folder
 from .metadata import clear_value, define_field, set_value, set_values
 from .tags import tag_documents, untag_documents
 
 __all__ = [
+    "EXTRACT_REVISION",
     "FolderRemoval",
     "add_revision",
     "clear_value",
     "create_document",
     "define_field",
     "delete_folder",
+    "extraction_jobs",
     "restore_folder",
     "search_documents",
     "set_value",

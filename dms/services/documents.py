@@ -6,12 +6,16 @@ import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping
 
+from dms import jobs
 from dms.domain import Cursor, Document, DocumentQuery, Page, Revision
 from dms.domain.search import check_query
 from dms.domain.text_query import parse_text_query
 from dms.domain.validation import check_ids, shown
 from dms.errors import ValidationError
 from dms.uow import UnitOfWork
+
+#: The job kind that extracts a revision's text for the content search (:mod:`dms.processing`).
+EXTRACT_REVISION = "revision.extract"
 
 
 def create_document(
@@ -68,7 +72,9 @@ def add_revision(
 ) -> Revision:
     """Append a revision to a document and make it the current one (bumps the version).
 
-    Concurrent uploads to one document queue on its row lock and get consecutive numbers.
+    Concurrent uploads to one document queue on its row lock and get consecutive numbers. The
+    extraction of the revision's text (:data:`EXTRACT_REVISION`) is enqueued in the same
+    transaction: the content search finds the revision's words once a worker has run it.
     """
     revision = uow.revisions.add(
         document_id,
@@ -78,7 +84,25 @@ def add_revision(
         mime_type=mime_type,
     )
     uow.documents.set_current_revision(document_id, revision.id)
+    jobs.enqueue_many(uow, extraction_jobs(uow.tenant, [revision.id]))
     return revision
+
+
+def extraction_jobs(tenant: str, revision_ids: Iterable[uuid.UUID]) -> list[jobs.NewJob]:
+    """The text extraction jobs of ``revision_ids``, for :func:`dms.jobs.enqueue_many`.
+
+    One idempotency key per revision: a revision's text is extracted once however often it is
+    enqueued (an upload, an import, a backfill that was interrupted and run again).
+    """
+    return [
+        jobs.NewJob(
+            kind=EXTRACT_REVISION,
+            payload={"revision_id": str(revision_id)},
+            tenant=tenant,
+            idempotency_key=f"{EXTRACT_REVISION}:{revision_id}",
+        )
+        for revision_id in revision_ids
+    ]
 
 
 def search_documents(

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from dms import jobs, tenancy
 from dms.importing.files import IN_MEMORY_BYTES
 from dms.jobs import JobState
-from dms.processing import VERIFY_REVISION, handlers
+from dms.processing import handlers
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
@@ -118,7 +118,8 @@ def digest(data: bytes) -> str:
 
 
 def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dict[JobState, int]:
-    """Run a worker until the tenant's verification jobs are all finished; count their states."""
+    """Run a worker until the tenant's jobs (verification, extraction) are all finished; count
+    their states."""
     with jobs.Worker(
         engine,
         handlers(store),
@@ -128,7 +129,7 @@ def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dic
     ):
         for _ in range(600):
             with engine.connect() as conn:
-                stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)
+                stats = jobs.stats(conn, tenant=tenant)
             if stats.total(JobState.QUEUED) + stats.total(JobState.RUNNING) == 0:
                 break
             time.sleep(0.1)

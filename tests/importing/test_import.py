@@ -10,12 +10,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import DocumentQuery, tenancy
 from dms.errors import DmsError
 from dms.importing import ImportReport, NamePolicy, SkipReason, import_tree
 from dms.jobs import JobState
 from dms.processing import INTEGRITY_FIELD, PREVIEW_FIELD
 from dms.schema import tenant as t
+from dms.services import search_documents
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 from tests.importing.conftest import (
@@ -173,7 +174,10 @@ def test_every_verification_job_is_done_and_previews_are_clean(
         integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
     verified = next(option.id for option in integrity.options if option.value == "verified")
 
-    assert states[JobState.DONE] == report.counts.jobs_enqueued == report.counts.documents_created
+    # One verification and one text extraction per document.
+    assert (
+        states[JobState.DONE] == report.counts.jobs_enqueued == 2 * report.counts.documents_created
+    )
     assert states[JobState.DEAD] == 0
     assert values["integrity"] == [verified] * report.counts.documents_created
     texts = [str(text) for text in values["preview"]]
@@ -182,6 +186,24 @@ def test_every_verification_job_is_done_and_previews_are_clean(
     assert any(text.startswith("compressed readme text") for text in texts)
     assert any(text.startswith(".TH LS 1") for text in texts)
     assert any(text.startswith("text with a NUL") for text in texts) is False
+
+
+def test_imported_text_is_found_by_what_it_says(
+    engine: Engine, tenant: str, user_id: uuid.UUID, tree: Path, store: LocalBlobStore
+) -> None:
+    _import(engine, tenant, user_id, tree, store)
+    run_verifications(engine, tenant, store)
+
+    with UnitOfWork(engine, tenant=tenant) as uow:
+
+        def titles(text: str) -> set[str]:
+            return {d.title for d in search_documents(uow, DocumentQuery(text=text)).items}
+
+        # UTF-16 with accents folded, gzip by its text, a man page's overstrikes removed.
+        assert "unicode.txt" in titles("hello world")
+        assert "readme.txt.gz" in titles('"compressed readme text"')
+        assert "ls.1.gz" in titles('"ls list"')
+        assert titles("zzzunlikelyword") == set()
 
 
 def _values(engine: Engine, tenant: str) -> dict[str, list[object]]:

@@ -283,6 +283,25 @@ FK_CASES = [
         },
         ("option_id",),
     ),
+    FkCase(
+        "fk_revision_texts_revision_id_file_revisions",
+        t.revision_texts,
+        lambda w: {"revision_id": w["revision"], "extractor": "text", "parts": 0, "chars": 0},
+        ("revision_id",),
+    ),
+    FkCase(
+        "fk_revision_text_parts_revision_id_file_revisions",
+        t.revision_text_parts,
+        lambda w: {"revision_id": w["revision"], "part_no": 1, "body": "words"},
+        ("revision_id",),
+    ),
+    FkCase(
+        "fk_document_search_document_id_documents",
+        t.document_search,
+        # Part 1 is the document's own row (written by trigger); this one is another part.
+        lambda w: {"document_id": w["document"], "part_no": 2, "config": "simple", "terms": "w"},
+        ("document_id",),
+    ),
 ]
 
 

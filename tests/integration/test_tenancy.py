@@ -93,8 +93,17 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
     with engine.connect() as conn:
         triggers = set(conn.scalars(query, {"schema": tenancy.schema_name(tenant)}))
 
-    # known_users_enlist: one trigger of that name on each table with a column naming a user.
-    assert triggers == {"file_revisions_guard", "folders_guard", "known_users_enlist"}
+    # known_users_enlist: one trigger of that name on each table with a column naming a user;
+    # the search_ triggers keep the content search's index in step (migration 0009).
+    assert triggers == {
+        "file_revisions_guard",
+        "folders_guard",
+        "known_users_enlist",
+        "search_documents_changed",
+        "search_links_changed",
+        "search_tag_renamed",
+        "search_text_extracted",
+    }
 
 
 def test_tenant_with_the_longest_name_can_be_created(

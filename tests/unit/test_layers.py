@@ -32,6 +32,12 @@ OWNED_TABLES = {
     },
     "dms.repositories.blobs": {"blobs"},
     "dms.repositories.imports": {"import_provenance"},
+    "dms.repositories.search": {
+        "search_settings",
+        "revision_texts",
+        "revision_text_parts",
+        "document_search",
+    },
 }
 #: Tables a module names without owning them, each with the reason given in its docstring.
 BORROWED_TABLES = {
@@ -43,12 +49,14 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.documents": {
         "dms.repositories.folders",
         "dms.repositories.metadata",
+        "dms.repositories.search",
         "dms.repositories.tags",
     },
     "dms.repositories.revisions": {"dms.repositories.documents"},
     "dms.repositories.folders": set(),
     "dms.repositories.metadata": set(),
     "dms.repositories.tags": set(),
+    "dms.repositories.search": set(),
     "dms.repositories.blobs": {"dms.repositories.revisions"},
     # The import's one statement: documents, their first revisions and provenance together.
     "dms.repositories.imports": {

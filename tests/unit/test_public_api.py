@@ -36,6 +36,7 @@ EXPECTED = [
     "Page",
     "Revision",
     "Settings",
+    "Snippet",
     "Tag",
     "Tenant",
     "TenantExists",
