@@ -1,0 +1,417 @@
+"""Content search: the index follows every change in its transaction; ranking, filters, pages.
+
+Text is stored here as the extraction job stores it (``uow.search.store_text``); the job itself
+is tested in ``tests/jobs/test_extraction_jobs.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import date
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, NewDocument, Page
+from dms.errors import ValidationError
+from dms.repositories.search import COUNT_LIMIT
+from dms.schema import tenant as t
+from dms.schema.tenant import TEXT_PART_MAX_CHARS
+from dms.services import (
+    add_revision,
+    create_document,
+    define_field,
+    search_documents,
+    set_value,
+    tag_documents,
+    untag_documents,
+)
+from dms.uow import UnitOfWork
+
+Search = Callable[..., Page[Document]]
+
+
+@pytest.fixture
+def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    return UnitOfWork(engine, tenant=tenant, user_id=user_id)
+
+
+def found(uow: UnitOfWork, text: str, **filters: object) -> list[str]:
+    page = search_documents(uow, DocumentQuery(text=text, **filters), limit=100)  # type: ignore[arg-type]
+    return [doc.title for doc in page.items]
+
+
+def with_text(uow: UnitOfWork, title: str, *parts: str, **values: object) -> Document:
+    """A document whose current revision has ``parts`` as its extracted text."""
+    document = create_document(uow, title=title, **values)  # type: ignore[arg-type]
+    upload(uow, document, *parts)
+    return uow.documents.get(document.id)
+
+
+def upload(uow: UnitOfWork, document: Document, *parts: str) -> None:
+    content = "".join(parts).encode()
+    revision = add_revision(
+        uow,
+        document.id,
+        storage_key=f"test/{uuid.uuid4()}",
+        sha256=hashlib.sha256(content).hexdigest(),
+        size_bytes=len(content),
+        mime_type="text/plain",
+    )
+    uow.search.store_text(revision.id, extractor="text", parts=parts)
+
+
+def test_content_title_tags_and_text_values_are_found(uow: UnitOfWork) -> None:
+    with uow:
+        note = define_field(uow, name="Note", field_type="text")
+        urgent = uow.tags.add(name="Dringend")
+        with_text(uow, "Offer from ACME", "The quotation covers forty anvils.")
+        document = create_document(uow, title="Letter", tag_ids=[urgent.id])
+        set_value(uow, document.id, note.id, "Call the harbourmaster")
+
+        assert found(uow, "anvils") == ["Offer from ACME"]
+        assert found(uow, "acme") == ["Offer from ACME"]
+        assert found(uow, "dringend") == ["Letter"]
+        assert found(uow, "harbourmaster") == ["Letter"]
+        assert found(uow, "nowhere") == []
+
+
+def test_accents_and_case_are_folded_both_ways(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "Café Müller", "Crème brûlée à la carte")
+
+        for text in ("cafe", "CAFÉ", "muller", "creme brulee", "Crème"):
+            assert found(uow, text) == ["Café Müller"], text
+
+
+def test_the_syntax_phrases_or_exclusion_prefix(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "one", "late payment fee for the invoice")
+        with_text(uow, "two", "payment was late, fee waived")
+        with_text(uow, "three", "a receipt for the payment")
+
+        assert found(uow, '"late payment"') == ["one"]
+        assert sorted(found(uow, "late fee")) == ["one", "two"]
+        assert sorted(found(uow, "invoice or receipt")) == ["one", "three"]
+        assert sorted(found(uow, "payment -waived")) == ["one", "three"]
+        assert sorted(found(uow, "recei*")) == ["three"]
+        assert sorted(found(uow, 'pay* -"late payment"')) == ["three", "two"]
+
+
+@pytest.mark.parametrize(
+    "text", ['"unbalanced quote', "the", "*** !!! &&", "a:* & !b | (c", "' OR 1=1 --", "\\'"]
+)
+def test_odd_queries_give_results_not_errors(uow: UnitOfWork, text: str) -> None:
+    with uow:
+        with_text(uow, "doc", "the unbalanced quote")
+
+        assert found(uow, text) in ([], ["doc"])
+
+
+def test_the_index_follows_every_change_in_its_transaction(uow: UnitOfWork) -> None:
+    with uow:
+        note = define_field(uow, name="Note", field_type="string")
+        tag = uow.tags.add(name="alpha")
+        document = with_text(uow, "Original title", "first revision words")
+
+        uow.documents.rename(document.id, title="Renamed heading", version=document.version)
+        assert found(uow, "original") == []
+        assert found(uow, "renamed") == ["Renamed heading"]
+        # The content survives a change of the title (only the header was rewritten).
+        assert found(uow, '"first revision words"') == ["Renamed heading"]
+
+        tag_documents(uow, [document.id], [tag.id])
+        assert found(uow, "alpha") == ["Renamed heading"]
+        uow.tags.rename(tag.id, name="omega")
+        assert found(uow, "alpha") == []
+        assert found(uow, "omega") == ["Renamed heading"]
+        untag_documents(uow, [document.id], [tag.id])
+        assert found(uow, "omega") == []
+
+        set_value(uow, document.id, note.id, "marginalia")
+        assert found(uow, "marginalia") == ["Renamed heading"]
+
+        upload(uow, uow.documents.get(document.id), "second revision vocabulary")
+        assert found(uow, "first") == []
+        assert found(uow, "vocabulary") == ["Renamed heading"]
+        assert found(uow, "marginalia") == ["Renamed heading"]
+
+
+def test_a_new_revision_is_searched_by_its_title_until_its_text_is_extracted(
+    uow: UnitOfWork,
+) -> None:
+    with uow:
+        document = with_text(uow, "Report", "old words")
+        add_revision(
+            uow,
+            document.id,
+            storage_key="k/2",
+            sha256="0" * 64,
+            size_bytes=0,
+            mime_type="text/plain",
+        )
+
+        assert found(uow, "old") == []
+        assert found(uow, "report") == ["Report"]
+
+
+def test_raw_sql_through_the_application_role_is_indexed(
+    engine: Engine, tenant: str, user_id: uuid.UUID, uow: UnitOfWork
+) -> None:
+    with uow:
+        document = with_text(uow, "Before", "some words")
+        uow.commit()
+    with engine.begin() as conn:
+        routed = tenancy.route(conn, tenant)
+        routed.execute(
+            sa.update(t.documents).where(t.documents.c.id == document.id).values(title="After")
+        )
+
+    with UnitOfWork(engine, tenant=tenant) as reader:
+        assert found(reader, "after") == ["After"]
+        assert found(reader, "before") == []
+
+
+def test_a_rolled_back_change_leaves_the_index_as_it_was(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        with_text(uow, "Kept", "committed words")
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        document = with_text(uow, "Dropped", "rolled back words")
+        uow.documents.rename(document.id, title="Dropped too", version=document.version)
+        # no commit
+
+    with UnitOfWork(engine, tenant=tenant) as reader:
+        assert found(reader, "words") == ["Kept"]
+        assert found(reader, "dropped") == []
+
+
+def test_deleted_documents_are_not_found(uow: UnitOfWork) -> None:
+    with uow:
+        document = with_text(uow, "Trash", "discarded words")
+        uow.documents.soft_delete(document.id, version=document.version)
+
+        assert found(uow, "discarded") == []
+
+
+def test_every_part_of_a_long_text_is_searchable(uow: UnitOfWork) -> None:
+    # Distinct words: PostgreSQL keeps 256 positions per word and part, docs/search.md says.
+    filler = " ".join(f"w{n}" for n in range(TEXT_PART_MAX_CHARS // 7))
+    parts = [f"{filler} needle{n}" for n in range(4)]
+    assert all(len(part) <= TEXT_PART_MAX_CHARS for part in parts)
+    with uow:
+        with_text(uow, "Long", *parts)
+
+        for n in range(4):
+            assert found(uow, f"needle{n}") == ["Long"]
+        # A phrase near the end of a part keeps its positions (below 16,384).
+        last = f"w{TEXT_PART_MAX_CHARS // 7 - 1}"
+        assert found(uow, f'"{last} needle3"') == ["Long"]
+
+
+def test_a_title_ranks_above_tags_and_tags_above_content(uow: UnitOfWork) -> None:
+    with uow:
+        tag = uow.tags.add(name="zebra")
+        with_text(uow, "In the content", "a zebra crossing")
+        create_document(uow, title="Zebra in the title")
+        create_document(uow, title="In a tag", tag_ids=[tag.id])
+
+        assert found(uow, "zebra") == ["Zebra in the title", "In a tag", "In the content"]
+
+
+def test_words_close_together_rank_higher(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "apart", "quarterly " + "other words " * 40 + "figures")
+        with_text(uow, "together", "the quarterly figures are in")
+
+        assert found(uow, "quarterly figures") == ["together", "apart"]
+
+
+def test_text_combines_with_every_other_filter(uow: UnitOfWork) -> None:
+    with uow:
+        amount = define_field(uow, name="Amount", field_type="int")
+        due = define_field(uow, name="Due", field_type="date")
+        paid = uow.tags.add(name="paid")
+        archive = uow.folders.add(name="Archive")
+        year = uow.folders.add(name="2026", parent_id=archive.id)
+        matching = {
+            "folder_id": year.id,
+            "tag_ids": [paid.id],
+            "metadata": {amount.id: 120, due.id: date(2026, 3, 1)},
+        }
+        with_text(uow, "Invoice A", "invoice text", **matching)
+        with_text(uow, "Invoice B", "invoice text", **{**matching, "folder_id": None})
+        with_text(uow, "Invoice C", "invoice text", **{**matching, "tag_ids": []})
+        with_text(uow, "Invoice D", "invoice text", **{**matching, "metadata": {amount.id: 5}})
+        with_text(uow, "Other E", "invoice text", **matching)
+
+        assert found(
+            uow,
+            "invoice",
+            folder_id=archive.id,
+            tags_all=frozenset({paid.id}),
+            metadata=(MetadataFilter(field_id=amount.id, at_least=100),),
+            title_contains="invoice",
+        ) == ["Invoice A"]
+
+
+def test_pages_never_skip_or_repeat_a_document(uow: UnitOfWork) -> None:
+    with uow:
+        for n in range(23):
+            # Equal ranks in groups: the id breaks the ties.
+            with_text(uow, f"doc {n:02}", "common " * (n % 3 + 1))
+        query = DocumentQuery(text="common")
+
+        seen: list[uuid.UUID] = []
+        after: Cursor | None = None
+        while True:
+            page = search_documents(uow, query, limit=5, after=after)
+            seen += [doc.id for doc in page.items]
+            if page.next_cursor is None:
+                break
+            after = Cursor.decode(page.next_cursor.encode())  # as an API client would
+        everything = search_documents(uow, query, limit=100)
+
+        assert len(seen) == len(set(seen)) == 23
+        assert seen == [doc.id for doc in everything.items]
+
+
+def test_snippets_highlight_the_words_for_the_page_only(uow: UnitOfWork) -> None:
+    with uow:
+        first = with_text(uow, "first", "Somewhere in here the treasure is buried. " * 3)
+        with_text(uow, "second", "no treasure here, only sand")
+        untitled = create_document(uow, title="treasure map")
+
+        page = search_documents(uow, DocumentQuery(text="treasure"), limit=2)
+
+        assert [doc.title for doc in page.items] == ["treasure map", "first"]
+        assert set(page.snippets) == {first.id}  # the map has no text; "second" is not on it
+        snippet = page.snippets[first.id]
+        assert snippet.highlights
+        assert all(snippet.text[a:b].lower() == "treasure" for a, b in snippet.highlights)
+        assert "[treasure]" in snippet.marked()
+        assert untitled.id not in page.snippets
+
+
+def test_the_total_is_exact_up_to_a_limit(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "one", "rare words")
+        page = search_documents(uow, DocumentQuery(text="rare"))
+        assert (page.estimated_total, page.total_exact) == (1, True)
+
+        uow.documents.add_many(
+            [NewDocument(title=f"many {n}", folder_id=None) for n in range(COUNT_LIMIT + 1)]
+        )
+        page = search_documents(uow, DocumentQuery(text="many"), limit=3)
+
+        assert (page.estimated_total, page.total_exact) == (COUNT_LIMIT, False)
+        assert len(page.items) == 3
+
+
+def test_a_search_without_text_has_no_total(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "one", "words")
+        page = search_documents(uow, DocumentQuery())
+
+        assert (page.estimated_total, dict(page.snippets)) == (None, {})
+
+
+def test_cursors_of_the_two_orders_do_not_mix(uow: UnitOfWork) -> None:
+    with uow:
+        for n in range(3):
+            with_text(uow, f"doc {n}", "words")
+        by_title = search_documents(uow, DocumentQuery(), limit=1).next_cursor
+        by_rank = search_documents(uow, DocumentQuery(text="words"), limit=1).next_cursor
+        assert by_title is not None and by_rank is not None
+
+        with pytest.raises(ValidationError, match="content search"):
+            search_documents(uow, DocumentQuery(), after=by_rank)
+        with pytest.raises(ValidationError, match="without text"):
+            search_documents(uow, DocumentQuery(text="words"), after=by_title)
+        with pytest.raises(ValidationError, match="finite float"):
+            search_documents(
+                uow,
+                DocumentQuery(text="words"),
+                after=Cursor(title_key="", id=uuid.uuid4(), rank=float("nan")),
+            )
+
+
+def test_a_configuration_change_reindexes_with_stemming(uow: UnitOfWork) -> None:
+    with uow:
+        with_text(uow, "Runner", "she runs every morning")
+        assert uow.search.config() == "simple"
+        assert found(uow, "running") == []
+
+        uow.search.set_config("english")
+        stale = uow.search.stale_documents(after=None, limit=10)
+        uow.search.rebuild(stale)
+
+        assert len(stale) == 1
+        assert uow.search.stale_documents(after=None, limit=10) == []
+        assert found(uow, "running") == ["Runner"]
+        assert found(uow, "the") == []  # a stop word now: nothing, and no error
+
+
+@pytest.mark.parametrize("name", ["klingon", "English", "pg_catalog.english", "", "a;b"])
+def test_an_unknown_configuration_is_refused_and_nothing_changes(
+    uow: UnitOfWork, name: str
+) -> None:
+    with uow:
+        with pytest.raises(ValidationError, match="text search configuration"):
+            uow.search.set_config(name)
+        assert uow.search.config() == "simple"
+
+
+@pytest.mark.parametrize(
+    ("parts", "why"),
+    [
+        (["nul\x00byte"], "NUL"),
+        (["lone \udc80 surrogate"], "surrogate"),
+        (["x" * (TEXT_PART_MAX_CHARS + 1)], "the limit is"),
+        ([b"bytes"], "must be a string"),
+    ],
+)
+def test_text_that_cannot_be_stored_is_refused_before_any_sql(
+    uow: UnitOfWork, parts: Sequence[object], why: str
+) -> None:
+    with uow:
+        document = with_text(uow, "Doc", "kept words")
+        assert document.current_revision_id is not None
+
+        with pytest.raises(ValidationError, match=why):
+            uow.search.store_text(
+                document.current_revision_id,
+                extractor="text",
+                parts=parts,  # type: ignore[arg-type]
+            )
+
+        assert uow.search.text_of(document.current_revision_id) == ["kept words"]
+
+
+def test_title_contains_can_use_the_trigram_index(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        uow.documents.add_many(
+            [NewDocument(title=f"document {n} of the pile", folder_id=None) for n in range(3000)]
+        )
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        statement = uow.documents.search_statement(DocumentQuery(title_contains="invoic"))
+        conn = uow.connection
+        # The test's own transaction only: EXPLAIN of the compiled text needs the schema (and
+        # the planner pg_trgm's, where the extension was created).
+        conn.exec_driver_sql(f"SET LOCAL search_path = {tenancy.schema_name(tenant)}, public")
+        conn.exec_driver_sql("ANALYZE documents")
+        # As autovacuum would: new entries wait in the GIN index's pending list until then.
+        conn.exec_driver_sql("SELECT gin_clean_pending_list('ix_documents_title_trgm')")
+        compiled = statement.compile(conn, compile_kwargs={"literal_binds": True})
+        plan = "\n".join(str(row[0]) for row in conn.exec_driver_sql(f"EXPLAIN {compiled}"))
+
+        assert "ix_documents_title_trgm" in plan
