@@ -328,7 +328,8 @@ def test_cursors_of_the_two_orders_do_not_mix(uow: UnitOfWork) -> None:
             with_text(uow, f"doc {n}", "words")
         by_title = search_documents(uow, DocumentQuery(), limit=1).next_cursor
         by_rank = search_documents(uow, DocumentQuery(text="words"), limit=1).next_cursor
-        assert by_title is not None and by_rank is not None
+        assert by_title is not None
+        assert by_rank is not None
 
         with pytest.raises(ValidationError, match="content search"):
             search_documents(uow, DocumentQuery(), after=by_rank)

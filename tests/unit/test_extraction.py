@@ -68,7 +68,7 @@ def test_a_pdf_encrypted_with_an_empty_password_opens() -> None:
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
-        (pdf(["secret"], password="s3cret"), "the PDF is encrypted"),
+        (pdf(["secret"], password="s3cret"), "the PDF is encrypted"),  # noqa: S106
         (b"%PDF-1.7\n1 0 obj << /Type /Catalog", "the PDF cannot be read"),
         (pdf(["cut short"])[:-200], "the PDF cannot be read"),
         (gzip.compress(b"words")[:10] + b"\xff" * 20, "corrupt gzip stream"),
