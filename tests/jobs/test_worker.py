@@ -114,6 +114,25 @@ def test_a_failing_handler_is_retried_with_its_traceback_recorded(
     assert count_effects(engine, effects, job_id) == 1
 
 
+def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    (job_id,) = _enqueue(engine, kind, effects, max_attempts=5)
+
+    def hopeless(uow: UnitOfWork, job: jobs.Job) -> None:
+        record_effect(uow, job)
+        raise dms.errors.PermanentFailure("the file is encrypted")
+
+    worker = jobs.Worker(engine, {kind: hopeless}, poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    with worker:
+        wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
+    job = _state_of(engine, job_id)
+    assert job.attempts == 1
+    assert job.last_error is not None
+    assert job.last_error.endswith("PermanentFailure: the file is encrypted")
+    assert count_effects(engine, effects, job_id) == 0
+
+
 def test_a_kind_without_handler_goes_dead_with_a_clear_error(
     engine: Engine, tenant: str, kind: str
 ) -> None:

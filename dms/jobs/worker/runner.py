@@ -24,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from dms.errors import LeaseLost
+from dms.errors import LeaseLost, PermanentFailure
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker.claims import Claim, ClaimBook
@@ -165,4 +165,5 @@ class Runner(Generic[U]):
             job.attempts,
             printable_line(exc),
         )
-        self._settler.fail(claim, exc)
+        # A handler's PermanentFailure says no retry can help: dead at once (dms.errors).
+        self._settler.fail(claim, exc, retry=not isinstance(exc, PermanentFailure))
