@@ -17,7 +17,7 @@ import psycopg
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms import logs
-from dms.cli import check, dev, health, importing, jobs, schema, tenants
+from dms.cli import check, dev, health, importing, jobs, schema, search, tenants
 from dms.cli.context import EXIT_ERROR, Context
 from dms.config import Settings
 from dms.errors import DmsError, NotMigrated
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain lines or one JSON object per line (default: DMS_LOG_FORMAT, else plain)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (tenants, schema, check, health, dev, jobs, importing):
+    for group in (tenants, schema, check, health, dev, jobs, importing, search):
         group.register(commands)
     return parser
 

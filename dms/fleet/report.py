@@ -23,8 +23,10 @@ class Outcome(enum.Enum):
     """Created at the head revision (committed)."""
     DROPPED = "dropped"
     """Dropped with all its data (committed)."""
+    REINDEXED = "reindexed"
+    """Its stale search index rows rebuilt (committed)."""
     SKIPPED = "skipped"
-    """Already at the target revision: nothing to do."""
+    """Already at the target revision (or nothing stale to reindex): nothing to do."""
     EXISTS = "exists"
     """Not created: a tenant of that name exists."""
     NOT_FOUND = "not_found"
@@ -102,7 +104,7 @@ class FleetReport:
     """A whole fleet operation: every tenant's record, and why it stopped early, if it did."""
 
     operation: str
-    """``create``, ``drop``, ``upgrade`` or ``downgrade``."""
+    """``create``, ``drop``, ``upgrade``, ``downgrade`` or ``reindex``."""
     target: str | None
     """The revision every tenant was to reach (``None``: base; create and drop: head/none)."""
     tenants: tuple[TenantReport, ...]
@@ -129,8 +131,8 @@ class FleetReport:
         """How far the operation got, in words: ``12 of 40 tenant(s) at 0004, 28 left ...``."""
         left = len(self.unfinished)
         done = len(self.tenants) - left
-        if self.operation in ("create", "drop"):
-            verb = "created" if self.operation == "create" else "dropped"
+        if self.operation in ("create", "drop", "reindex"):
+            verb = {"create": "created", "drop": "dropped"}.get(self.operation, "reindexed")
             return f"{done} of {len(self.tenants)} tenant(s) {verb} or already so, {left} not"
         shared = ""
         if self.operation == "downgrade" and self.shared is None and not left:

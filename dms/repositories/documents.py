@@ -439,6 +439,10 @@ class DocumentRepository(Repository):
         if updated != len(rows):
             raise NotFound(f"{len(rows) - updated} of {len(rows)} documents do not exist")
 
+    def current_revisions(self) -> sa.Select[tuple[uuid.UUID]]:
+        """The ids of every document's current revision (trash included), as a statement."""
+        return sa.select(_d.c.current_revision_id).where(_d.c.current_revision_id.is_not(None))
+
     def titles_in(self, folder_id: uuid.UUID | None) -> list[str]:
         """The titles of the live documents directly in ``folder_id`` (top level if ``None``)."""
         folder = _d.c.folder_id.is_(None) if folder_id is None else _d.c.folder_id == folder_id

@@ -51,7 +51,8 @@ COUNT_LIMIT = 1000
 #: never holds (:mod:`dms.extraction`).
 _START, _STOP = "\x02", "\x03"
 _HEADLINE_OPTIONS = (
-    f"StartSel={_START}, StopSel={_STOP}, MaxWords=30, MinWords=12, MaxFragments=2, "
+    f"StartSel={_START}, StopSel={_STOP}, MaxWords=30, MinWords=12, ShortWord=0, "
+    "MaxFragments=2, "
     'FragmentDelimiter=" ... "'
 )
 _CONFIG_NAME = re.compile("^[a-z][a-z0-9_]{0,62}$")
