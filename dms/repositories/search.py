@@ -198,6 +198,8 @@ class SearchRepository(Repository):
         """
         check_id("revision", revision_id)
         check_text("extractor", extractor)
+        if not isinstance(parts, (list, tuple)):
+            raise ValidationError(f"text parts must be a list of strings, not {shown(parts)}")
         for part in parts:
             check_text("extracted text", part)
             if len(part) > t.TEXT_PART_MAX_CHARS:

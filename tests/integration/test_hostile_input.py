@@ -672,6 +672,38 @@ ENTRY_POINTS: list[EntryPoint] = [
             uow, DocumentQuery(), after=Cursor.decode(value)
         ),
     ),
+    # content search
+    EntryPoint(
+        "search_documents(text)",
+        ANYTHING,
+        _search(lambda value: DocumentQuery(text=value)),
+    ),
+    EntryPoint(
+        "search_documents(text, after=Cursor.decode(token))",
+        st.one_of(
+            st.tuples(st.floats(), st.uuids()).map(
+                lambda pair: Cursor(title_key="", id=pair[1], rank=pair[0]).encode()
+            ),
+            ANYTHING,
+        ),
+        lambda uow, world, value: search_documents(
+            uow, DocumentQuery(text="doc"), after=Cursor.decode(value)
+        ),
+    ),
+    EntryPoint(
+        "search.store_text(parts)",
+        st.one_of(st.lists(TEXT, max_size=3), ANYTHING),
+        lambda uow, world, value: uow.search.store_text(
+            world.revision_id, extractor="text", parts=value
+        ),
+        lambda uow, world, value, result: (uow.search.text_of(world.revision_id), list(value)),
+    ),
+    EntryPoint(
+        "search.set_config(name)",
+        st.one_of(st.sampled_from(["simple", "english", "german"]), ANYTHING),
+        lambda uow, world, value: uow.search.set_config(value),
+        lambda uow, world, value, result: (uow.search.config(), value),
+    ),
 ]
 
 
@@ -972,9 +1004,14 @@ KNOWN_HOSTILE: list[tuple[str, object]] = [
             "tags.get_by_name(name)",
             "metadata.get_field_by_name(name)",
             "search_documents(title_contains)",
+            "search_documents(text)",
+            "search.set_config(name)",
         )
         for text in ("a\x00b", "a\ud800b", "\udfff")
     ),
+    ("search.store_text(parts)", ["a\x00b"]),
+    ("search.store_text(parts)", ["\ud800"]),
+    ("search.store_text(parts)", "a string is not a list of parts"),
     ("define_field(options)", ["a\x00"]),
     ("define_field(options)", ["\ud800"]),
     ("set_value(url)", "https://example.org/\x00"),
