@@ -139,8 +139,8 @@ class Page(Generic[T]):
     """One page of results; ``next_cursor`` is ``None`` on the last page.
 
     A content search also gives each document's :class:`Snippet` (by document id, for the
-    documents of this page only) and the number of matches: exact up to a limit
-    (``total_exact``), a lower bound beyond it.
+    documents of this page only) and the number of matches: exact up to the number of matches
+    a search ranks (``total_exact``), a lower bound beyond it.
     """
 
     items: Sequence[T]

@@ -40,6 +40,11 @@ from ._lock import LockTable
 from .errors import translated
 
 TITLE_MAX_CHARS = 500
+#: Most matches of a content search that are ranked: a word in a tenth of a million documents
+#: would otherwise cost a rank computation each (hundreds of milliseconds) for a page of 20.
+#: Beyond it, the search ranks the first matches the index yields, and says that its total is
+#: not exact. docs/search.md says what that means and bench/results/search.md what it saves.
+RANK_CANDIDATES = 5000
 
 _d = t.documents
 _TITLE_KEY = sa.func.lower(_d.c.title)
@@ -307,47 +312,52 @@ class DocumentRepository(Repository):
         limit: int,
         after: Cursor | None,
     ) -> sa.Select[Any]:
-        statement, rank = self._text_matches(query, fields)
-        statement = statement.order_by(rank.desc(), _d.c.id)
+        ranked = search.best_per_document(
+            self._candidates(query, fields).limit(RANK_CANDIDATES).subquery("candidates")
+        ).subquery("ranked")
+        top = sa.select(ranked).order_by(ranked.c.rank.desc(), ranked.c.document_id)
         if after is not None:
             if after.rank is None:
                 raise ValidationError("this cursor belongs to a search without text")
-            statement = statement.where(
-                sa.or_(rank < after.rank, sa.and_(rank == after.rank, _d.c.id > after.id))
-            )
-        return statement.limit(limit + 1)
-
-    def _text_matches(
-        self, query: DocumentQuery, fields: Mapping[uuid.UUID, MetadataField]
-    ) -> tuple[sa.Select[Any], sa.ColumnElement[float]]:
-        """The live documents that ``query`` matches, with their rank, and the rank column."""
-        assert query.text is not None  # noqa: S101 (the callers' condition)
-        matches = search.text_matches(self._tenant, parse_text_query(query.text))
-        statement = (
-            sa.select(*COLUMNS, matches.c.rank)
-            .join_from(_d, matches, matches.c.document_id == _d.c.id)
-            .where(_d.c.deleted_at.is_(None), *_conditions(query, fields))
+            rank, id_ = ranked.c.rank, ranked.c.document_id
+            top = top.where(sa.or_(rank < after.rank, sa.and_(rank == after.rank, id_ > after.id)))
+        page = top.limit(limit + 1).subquery("page")
+        # Only the page's documents are read whole.
+        return (
+            sa.select(*COLUMNS, page.c.rank)
+            .join_from(page, _d, _d.c.id == page.c.document_id)
+            .order_by(page.c.rank.desc(), _d.c.id)
         )
-        return statement, matches.c.rank
+
+    def _candidates(
+        self, query: DocumentQuery, fields: Mapping[uuid.UUID, MetadataField]
+    ) -> sa.Select[Any]:
+        """The index rows of live documents that ``query`` matches, each with its rank."""
+        assert query.text is not None  # noqa: S101 (the callers' condition)
+        parts = search.matching_parts(self._tenant, parse_text_query(query.text))
+        document_id = parts.selected_columns.document_id
+        return parts.join(_d, _d.c.id == document_id).where(
+            _d.c.deleted_at.is_(None), *_conditions(query, fields)
+        )
 
     def count_matches(
         self, query: DocumentQuery, *, fields: Mapping[uuid.UUID, MetadataField] | None = None
     ) -> tuple[int, bool]:
         """How many live documents a content search matches, and whether that is exact.
 
-        Counted up to :data:`dms.repositories.search.COUNT_LIMIT`; beyond it the count is that
-        limit and not exact (counting every match of a common word would cost what ranking
-        them all costs).
+        Counted among the matches that are ranked (:data:`RANK_CANDIDATES`): when there are
+        more, the count is a lower bound and not exact (counting every match of a common word
+        would cost what ranking them all costs).
         """
         check_query(query)
         if query.text is None:
             raise ValidationError("only a content search (text=...) counts its matches")
-        matched, _rank = self._text_matches(query, fields or {})
-        limited = matched.limit(search.COUNT_LIMIT + 1)
-        counted = int(
-            self._execute(sa.select(sa.func.count()).select_from(limited.subquery())).scalar_one()
-        )
-        return min(counted, search.COUNT_LIMIT), counted <= search.COUNT_LIMIT
+        # Index rows, not documents: a document of several matching parts counts once.
+        limited = self._candidates(query, fields or {}).limit(RANK_CANDIDATES).subquery()
+        documents, rows = self._execute(
+            sa.select(sa.func.count(limited.c.document_id.distinct()), sa.func.count())
+        ).one()
+        return int(documents), rows < RANK_CANDIDATES
 
     def _listed(self, condition: sa.ColumnElement[bool]) -> list[Document]:
         rows = self._execute(

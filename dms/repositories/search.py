@@ -45,8 +45,6 @@ from .errors import translated
 
 #: The configuration of a tenant that never chose one.
 DEFAULT_CONFIG = "simple"
-#: Matches counted exactly; beyond this a search reports a lower bound.
-COUNT_LIMIT = 1000
 #: Marks around the words ``ts_headline`` highlights: control characters, which stored text
 #: never holds (:mod:`dms.extraction`).
 _START, _STOP = "\x02", "\x03"
@@ -121,17 +119,23 @@ def _rank(terms: sa.ColumnElement[Any], query: sa.ColumnElement[Any]) -> sa.Colu
     return sa.cast(sa.func.ts_rank_cd(terms, query, 1), sa.Double)
 
 
-def text_matches(tenant: str, query: TextQuery) -> sa.Subquery:
-    """The documents (``document_id``) that ``query`` matches, with their ``rank``.
+def matching_parts(tenant: str, query: TextQuery) -> sa.Select[tuple[uuid.UUID, float]]:
+    """The index rows that ``query`` matches: ``document_id`` and the part's ``rank``.
 
-    Deleted documents included: the caller filters ``documents``.
+    Deleted documents included, and no limit: the caller joins ``documents`` on
+    ``document_id`` for its conditions, bounds the candidates (:data:`RANK_CANDIDATES`) and
+    takes each document's best part (:func:`best_per_document`).
     """
     found = sa.select(tsquery(tenant, query)).scalar_subquery()
-    return (
-        sa.select(_index.c.document_id, sa.func.max(_rank(_index.c.terms, found)).label("rank"))
-        .where(_index.c.terms.op("@@", return_type=sa.Boolean)(found))
-        .group_by(_index.c.document_id)
-        .subquery("text_matches")
+    return sa.select(_index.c.document_id, _rank(_index.c.terms, found).label("rank")).where(
+        _index.c.terms.op("@@", return_type=sa.Boolean)(found)
+    )
+
+
+def best_per_document(parts: sa.Subquery) -> sa.Select[tuple[uuid.UUID, float]]:
+    """Each document of ``parts`` (a subquery of :func:`matching_parts`) with its best rank."""
+    return sa.select(parts.c.document_id, sa.func.max(parts.c.rank).label("rank")).group_by(
+        parts.c.document_id
     )
 
 

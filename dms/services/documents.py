@@ -116,8 +116,8 @@ def search_documents(
 
     A content search (``query.text``, syntax in :mod:`dms.domain.text_query`) orders by
     relevance, then id, and its page also carries a highlighted :class:`~dms.domain.Snippet`
-    of each of its documents that has text, and the number of matches
-    (``estimated_total``, exact up to 1,000: ``total_exact``).
+    of each of its documents that has text, and the number of matches (``estimated_total``:
+    exact, or a lower bound when the matches are more than a search ranks, ``total_exact``).
     """
     check_query(query)
     fields = uow.metadata.get_fields(wanted.field_id for wanted in query.metadata)

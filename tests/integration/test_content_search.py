@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, NewDocument, Page
 from dms.errors import ValidationError
-from dms.repositories.search import COUNT_LIMIT
+from dms.repositories import documents as documents_repository
 from dms.schema import tenant as t
 from dms.schema.tenant import TEXT_PART_MAX_CHARS
 from dms.services import (
@@ -299,18 +299,19 @@ def test_snippets_highlight_the_words_for_the_page_only(uow: UnitOfWork) -> None
         assert untitled.id not in page.snippets
 
 
-def test_the_total_is_exact_up_to_a_limit(uow: UnitOfWork) -> None:
+def test_the_total_is_exact_up_to_the_ranked_matches(
+    uow: UnitOfWork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(documents_repository, "RANK_CANDIDATES", 5)
     with uow:
-        with_text(uow, "one", "rare words")
+        with_text(uow, "one", "rare words", "second part with rare words")
         page = search_documents(uow, DocumentQuery(text="rare"))
-        assert (page.estimated_total, page.total_exact) == (1, True)
+        assert (page.estimated_total, page.total_exact) == (1, True)  # two parts, one document
 
-        uow.documents.add_many(
-            [NewDocument(title=f"many {n}", folder_id=None) for n in range(COUNT_LIMIT + 1)]
-        )
+        uow.documents.add_many([NewDocument(title=f"many {n}", folder_id=None) for n in range(5)])
         page = search_documents(uow, DocumentQuery(text="many"), limit=3)
 
-        assert (page.estimated_total, page.total_exact) == (COUNT_LIMIT, False)
+        assert (page.estimated_total, page.total_exact) == (5, False)
         assert len(page.items) == 3
 
 
@@ -416,3 +417,34 @@ def test_title_contains_can_use_the_trigram_index(
         plan = "\n".join(str(row[0]) for row in conn.exec_driver_sql(f"EXPLAIN {compiled}"))
 
         assert "ix_documents_title_trgm" in plan
+
+
+def test_a_word_in_more_documents_than_are_ranked_pages_the_ranked_ones_once(
+    uow: UnitOfWork, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(documents_repository, "RANK_CANDIDATES", 10)
+    with uow:
+        crowd = uow.folders.add(name="Crowd")
+        few = uow.folders.add(name="Few")
+        uow.documents.add_many(
+            [NewDocument(title=f"common {n}", folder_id=crowd.id) for n in range(30)]
+        )
+        uow.documents.add_many(
+            [NewDocument(title=f"common {n}", folder_id=few.id) for n in range(2)]
+        )
+        query = DocumentQuery(text="common")
+
+        seen: list[uuid.UUID] = []
+        after: Cursor | None = None
+        while True:
+            page = search_documents(uow, query, limit=4, after=after)
+            seen += [doc.id for doc in page.items]
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+        in_few = search_documents(uow, DocumentQuery(text="common", folder_id=few.id))
+
+        assert len(seen) == len(set(seen)) == 10
+        assert (page.estimated_total, page.total_exact) == (10, False)
+        # Conditions hold before the bound: the two documents of the small folder are found.
+        assert len(in_few.items) == 2
