@@ -354,10 +354,13 @@ class DocumentRepository(Repository):
             raise ValidationError("only a content search (text=...) counts its matches")
         # Index rows, not documents: a document of several matching parts counts once.
         limited = self._candidates(query, fields or {}).limit(RANK_CANDIDATES).subquery()
-        documents, rows = self._execute(
-            sa.select(sa.func.count(limited.c.document_id.distinct()), sa.func.count())
+        counted = self._execute(
+            sa.select(
+                sa.func.count(limited.c.document_id.distinct()).label("documents"),
+                sa.func.count().label("rows"),
+            )
         ).one()
-        return int(documents), rows < RANK_CANDIDATES
+        return int(counted.documents), int(counted.rows) < RANK_CANDIDATES
 
     def _listed(self, condition: sa.ColumnElement[bool]) -> list[Document]:
         rows = self._execute(
