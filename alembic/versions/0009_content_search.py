@@ -105,12 +105,34 @@ END
 """
 
 LINKS_CHANGED = """
+DECLARE
+    indexed constant text[] := ARRAY['string', 'text', 'url'];
+    old_document uuid;
+    new_document uuid;
 BEGIN
     IF TG_OP <> 'INSERT' THEN
-        PERFORM search_refresh_header(OLD.document_id);
+        old_document := OLD.document_id;
+        -- Values of other types are not indexed: nothing to rewrite for them. (Nested: SQL
+        -- does not promise to skip NEW.field_type, which document_tags lacks.)
+        IF TG_TABLE_NAME = 'document_metadata' THEN
+            IF NOT OLD.field_type = ANY (indexed) THEN
+                old_document := NULL;
+            END IF;
+        END IF;
     END IF;
-    IF TG_OP <> 'DELETE' AND (TG_OP = 'INSERT' OR NEW.document_id <> OLD.document_id) THEN
-        PERFORM search_refresh_header(NEW.document_id);
+    IF TG_OP <> 'DELETE' THEN
+        new_document := NEW.document_id;
+        IF TG_TABLE_NAME = 'document_metadata' THEN
+            IF NOT NEW.field_type = ANY (indexed) THEN
+                new_document := NULL;
+            END IF;
+        END IF;
+    END IF;
+    IF old_document IS NOT NULL THEN
+        PERFORM search_refresh_header(old_document);
+    END IF;
+    IF new_document IS NOT NULL AND new_document IS DISTINCT FROM old_document THEN
+        PERFORM search_refresh_header(new_document);
     END IF;
     RETURN NULL;
 END
