@@ -66,29 +66,53 @@ SELECT setweight(to_tsvector(cfg, search_fold(d.title)), 'A')
   FROM documents d WHERE d.id = doc
 """
 
-#: Every row of a document again, from its current revision's parts (one row if none).
+#: Every row of a document again, from its current revision's parts (one row if none). One
+#: statement per row rather than an INSERT ... SELECT over the document's tables: on Citus the
+#: trigger runs on the tenant's node, where single-table statements are routed as they are.
 REBUILD = """
 DECLARE
-    cfg text := coalesce((SELECT text_search_config FROM search_settings), 'simple');
+    cfg_name text := coalesce((SELECT text_search_config FROM search_settings), 'simple');
+    cfg regconfig := cfg_name::regconfig;
+    revision uuid;
+    header tsvector;
+    part record;
+    parts integer := 0;
 BEGIN
     DELETE FROM document_search WHERE document_id = doc;
-    INSERT INTO document_search (document_id, part_no, config, terms)
-    SELECT d.id, coalesce(p.part_no, 1), cfg,
-           setweight(to_tsvector(cfg::regconfig, search_fold(coalesce(p.body, ''))), 'D')
-           || coalesce(search_header(d.id, cfg::regconfig), ''::tsvector)
-      FROM documents d
-      LEFT JOIN revision_text_parts p ON p.revision_id = d.current_revision_id
-     WHERE d.id = doc;
+    SELECT current_revision_id INTO revision FROM documents WHERE id = doc;
+    IF NOT FOUND THEN
+        RETURN;  -- gone (purged in this statement)
+    END IF;
+    header := coalesce(search_header(doc, cfg), ''::tsvector);
+    FOR part IN
+        SELECT part_no, body FROM revision_text_parts WHERE revision_id = revision
+    LOOP
+        INSERT INTO document_search (document_id, part_no, config, terms)
+        VALUES (doc, part.part_no, cfg_name,
+                setweight(to_tsvector(cfg, search_fold(part.body)), 'D') || header);
+        parts := parts + 1;
+    END LOOP;
+    IF parts = 0 THEN
+        INSERT INTO document_search (document_id, part_no, config, terms)
+        VALUES (doc, 1, cfg_name, header);
+    END IF;
 END
 """
 
 #: The header of each row again, keeping its content lexemes (weight D) as they are. The content
 #: comes first in a row, so its positions never move.
 REFRESH_HEADER = """
+DECLARE
+    cfg_name text;
+    header tsvector;
 BEGIN
-    UPDATE document_search
-       SET terms = ts_filter(terms, '{{d}}')
-                   || coalesce(search_header(doc, config::regconfig), ''::tsvector)
+    -- A document's rows are always built together, with one configuration.
+    SELECT config INTO cfg_name FROM document_search WHERE document_id = doc LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    header := coalesce(search_header(doc, cfg_name::regconfig), ''::tsvector);
+    UPDATE document_search SET terms = ts_filter(terms, '{{d}}') || header
      WHERE document_id = doc;
 END
 """
@@ -139,10 +163,13 @@ END
 """
 
 TAG_RENAMED = """
+DECLARE
+    doc uuid;
 BEGIN
     IF NEW.name IS DISTINCT FROM OLD.name THEN
-        PERFORM search_refresh_header(dt.document_id)
-           FROM document_tags dt WHERE dt.tag_id = NEW.id;
+        FOR doc IN SELECT document_id FROM document_tags WHERE tag_id = NEW.id LOOP
+            PERFORM search_refresh_header(doc);
+        END LOOP;
     END IF;
     RETURN NULL;
 END
@@ -151,8 +178,11 @@ END
 TEXT_EXTRACTED = """
 DECLARE
     revision uuid := CASE TG_OP WHEN 'DELETE' THEN OLD.revision_id ELSE NEW.revision_id END;
+    doc uuid;
 BEGIN
-    PERFORM search_rebuild(d.id) FROM documents d WHERE d.current_revision_id = revision;
+    FOR doc IN SELECT id FROM documents WHERE current_revision_id = revision LOOP
+        PERFORM search_rebuild(doc);
+    END LOOP;
     RETURN NULL;
 END
 """

@@ -79,6 +79,11 @@ def is_trashed(document_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[boo
     return document_id.in_(sa.select(_d.c.id).where(_d.c.deleted_at.is_not(None)))
 
 
+def is_current_revision(revision_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
+    """Return: ``revision_id`` is the current revision of its document."""
+    return sa.exists().where(_d.c.current_revision_id == revision_id)
+
+
 def current_revision_of(document_id: uuid.UUID) -> sa.ScalarSelect[Any]:
     """Return: the id of the current revision of ``document_id`` (NULL for none)."""
     return sa.select(_d.c.current_revision_id).where(_d.c.id == document_id).scalar_subquery()

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Row
 from dms.domain import NewRevision, Revision
 from dms.domain.validation import (
     check_id,
+    check_ids,
     check_revision,
     check_sha256,
     normalize_mime_type,
@@ -90,6 +91,21 @@ class RevisionRepository(Repository):
         if row is None:
             raise NotFound(f"revision {revision_id} does not exist")
         return revision(row)
+
+    def current_among(self, revision_ids: Sequence[uuid.UUID]) -> list[Revision]:
+        """The revisions of ``revision_ids`` that are their documents' current ones, by id.
+
+        The others (superseded, purged, or never there) are left out.
+        """
+        ids = check_ids("revision", revision_ids)
+        if not ids:
+            return []
+        rows = self._execute(
+            sa.select(*COLUMNS)
+            .where(_recordset.any_of(_r.c.id, ids), documents.is_current_revision(_r.c.id))
+            .order_by(_r.c.id)
+        )
+        return [revision(row) for row in rows]
 
     def history(self, document_id: uuid.UUID) -> list[Revision]:
         """Return the document's revisions, oldest (number 1) first."""

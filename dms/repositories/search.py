@@ -200,37 +200,41 @@ class SearchRepository(Repository):
         Replaces what an earlier extraction stored. If the revision is its document's current
         one, the document's index rows are rebuilt in this transaction (by trigger).
         """
-        check_id("revision", revision_id)
-        check_text("extractor", extractor)
-        if not isinstance(parts, (list, tuple)):
-            raise ValidationError(f"text parts must be a list of strings, not {shown(parts)}")
-        for part in parts:
-            check_text("extracted text", part)
-            if len(part) > t.TEXT_PART_MAX_CHARS:
-                raise ValidationError(
-                    f"a part of extracted text has {len(part)} characters; "
-                    f"the limit is {t.TEXT_PART_MAX_CHARS}"
-                )
-        # Parts first, then the row that says the revision was extracted: its trigger rebuilds
-        # the document's index rows from the parts.
-        self._execute(sa.delete(_texts).where(_texts.c.revision_id == revision_id))
-        self._execute(sa.delete(_parts).where(_parts.c.revision_id == revision_id))
-        with translated(self._conn, f"text of revision {revision_id}"):
-            if parts:
-                self._execute(
-                    sa.insert(_parts),
-                    [
-                        {"revision_id": revision_id, "part_no": number, "body": body}
-                        for number, body in enumerate(parts, start=1)
-                    ],
-                )
+        self.store_texts({revision_id: (extractor, parts)})
+
+    def store_texts(self, texts: Mapping[uuid.UUID, tuple[str, Sequence[str]]]) -> None:
+        """:meth:`store_text` for many revisions (revision id: extractor and parts) at once.
+
+        Every value is checked before any is written; four statements whatever the number.
+        """
+        for revision_id, (extractor, parts) in texts.items():
+            _check_text(revision_id, extractor, parts)
+        if not texts:
+            return
+        ids = sorted(texts)
+        # Parts first, then the rows that say the revisions were extracted: their trigger
+        # rebuilds the documents' index rows from the parts.
+        self._execute(sa.delete(_texts).where(_recordset.any_of(_texts.c.revision_id, ids)))
+        self._execute(sa.delete(_parts).where(_recordset.any_of(_parts.c.revision_id, ids)))
+        rows = [
+            {"revision_id": revision_id, "part_no": number, "body": body}
+            for revision_id in ids
+            for number, body in enumerate(texts[revision_id][1], start=1)
+        ]
+        with translated(self._conn, f"text of {len(ids)} revision(s)"):
+            if rows:
+                self._execute(sa.insert(_parts), rows)
             self._execute(
-                sa.insert(_texts).values(
-                    revision_id=revision_id,
-                    extractor=extractor,
-                    parts=len(parts),
-                    chars=sum(len(part) for part in parts),
-                )
+                sa.insert(_texts),
+                [
+                    {
+                        "revision_id": revision_id,
+                        "extractor": texts[revision_id][0],
+                        "parts": len(texts[revision_id][1]),
+                        "chars": sum(len(part) for part in texts[revision_id][1]),
+                    }
+                    for revision_id in ids
+                ],
             )
 
     def text_of(self, revision_id: uuid.UUID) -> list[str] | None:
@@ -332,6 +336,20 @@ class SearchRepository(Repository):
             },
         )
         return {row.document_id: snippet(row.headline) for row in rows}
+
+
+def _check_text(revision_id: object, extractor: object, parts: object) -> None:
+    check_id("revision", revision_id)
+    check_text("extractor", extractor)
+    if not isinstance(parts, (list, tuple)):
+        raise ValidationError(f"text parts must be a list of strings, not {shown(parts)}")
+    for part in parts:
+        check_text("extracted text", part)
+        if len(part) > t.TEXT_PART_MAX_CHARS:
+            raise ValidationError(
+                f"a part of extracted text has {len(part)} characters; "
+                f"the limit is {t.TEXT_PART_MAX_CHARS}"
+            )
 
 
 def _rebuild_statement(tenant: str) -> sa.Select[Any]:
