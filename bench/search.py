@@ -26,13 +26,12 @@ import argparse
 import multiprocessing
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 
 import sqlalchemy as sa
 import tantivy
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import Engine, make_url
 
 import dms
 from bench.search_corpus import CorpusDocument, documents, paragraphs, word_frequencies
@@ -157,7 +156,9 @@ def load(engine: Engine, world: World, batch: list[CorpusDocument]) -> None:
             ]
         )
         # What the extraction job stores (SearchRepository.store_text), for many at once.
-        parts = {r: list(split_parts(clean(d.text))) for (d, _), r in zip(made, revisions)}
+        parts = {
+            r: list(split_parts(clean(d.text))) for (d, _), r in zip(made, revisions, strict=True)
+        }
         uow.connection.execute(
             sa.insert(t.revision_text_parts),
             [
@@ -174,18 +175,20 @@ def load(engine: Engine, world: World, batch: list[CorpusDocument]) -> None:
                 for r, bodies in parts.items()
             ],
         )  # fmt: skip
-        uow.documents.set_current_revisions({i: r for (_, i), r in zip(made, revisions)})
+        uow.documents.set_current_revisions(
+            {i: r for (_, i), r in zip(made, revisions, strict=True)}
+        )
         uow.commit()
 
 
 def _load_share(
-    url: str, world: World, pool: list[str], count: int, share: int, shares: int
+    url: str, world: World, pool: list[str], count: int, share: tuple[int, int]
 ) -> None:
     engine = sa.create_engine(url)
     corpus = documents(pool, count, folders=10_000, tags=TAGS)
     batch: list[CorpusDocument] = []
     for document in corpus:
-        if (document.number // BATCH) % shares != share:
+        if (document.number // BATCH) % share[1] != share[0]:
             continue
         batch.append(document)
         if len(batch) == BATCH:
@@ -200,7 +203,7 @@ def load_parallel(url: str, world: World, pool: list[str], count: int, processes
     started = time.perf_counter()
     context = multiprocessing.get_context("fork")
     workers = [
-        context.Process(target=_load_share, args=(url, world, pool, count, n, processes))
+        context.Process(target=_load_share, args=(url, world, pool, count, (n, processes)))
         for n in range(processes)
     ]
     for worker in workers:
@@ -400,13 +403,18 @@ def known_items(
         if document.number not in chosen or len(found) >= wanted:
             continue
         span = _span(rng, document.text.split("\n\n"), stop)
-        if span is not None and searcher.search(index.parse_query(f'body:"{span}"'), 2).count == 1:
+        if span is not None and _phrase_count(searcher, index, span) == 1:
             found.append((document.number, span))
     return found
 
 
+def _phrase_count(searcher: tantivy.Searcher, index: tantivy.Index, span: str) -> int:
+    result = searcher.search(index.parse_query(f'body:"{span}"'), 2, count=True)
+    return int(result.count)  # type: ignore[attr-defined]  # set when count=True
+
+
 def _span(rng: random.Random, paras: list[str], stop: set[str]) -> str | None:
-    if len(paras) < 2:  # noqa: PLR2004
+    if len(paras) < 2:
         return None
     for _ in range(10):
         at = rng.randrange(len(paras) - 1)
@@ -414,7 +422,7 @@ def _span(rng: random.Random, paras: list[str], stop: set[str]) -> str | None:
         before = rng.randint(1, length - 1)
         words = paras[at].split()[-before:] + paras[at + 1].split()[: length - before]
         content = [w for w in words if w.lower() not in stop]
-        if len(words) == length and all(w.isalpha() for w in words) and len(content) >= 2:  # noqa: PLR2004
+        if len(words) == length and all(w.isalpha() for w in words) and len(content) >= 2:
             return " ".join(words)
     return None
 
@@ -489,7 +497,7 @@ def pipeline(
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             for _ in range(2)
         ]
         _wait_for_extraction(engine, tenant)
@@ -571,7 +579,7 @@ def run(args: argparse.Namespace) -> list[str]:
             out += _quality_section(engine, world, index, items)
         out += _pipeline_section(url_text, engine, user, pool, args.pipeline_documents)
         if args.tenants:
-            out += _tenants_section(url_text, engine, user, pool, args, mix)
+            out += _tenants_section(url_text, engine, user, pool, args=args, mix=mix)
         engine.dispose()
     log(f"whole run: {(time.perf_counter() - started) / 60:.0f} min")
     return out
@@ -591,14 +599,15 @@ def _sizes_table(size: dict[str, int], tantivy_bytes: int) -> list[str]:
         "",
         "## Sizes",
         "",
-        "| what | MiB | × text |",
+        "| what | MiB | x text |",
         "|---|---:|---:|",
         f"| extracted text (revision_text_parts bodies) | {size['text'] / mb:,.0f} | 1.00 |",
         f"| GIN index ix_document_search_terms | {size['gin'] / mb:,.0f} | "
         f"{size['gin'] / size['text']:.2f} |",
         f"| document_search with its TOAST (the tsvectors) | {size['table'] / mb:,.0f} | "
         f"{size['table'] / size['text']:.2f} |",
-        f"| trigram index on titles | {size['trgm'] / mb:,.0f} | {size['trgm'] / size['text']:.2f} |",
+        f"| trigram index on titles | {size['trgm'] / mb:,.0f} | "
+        f"{size['trgm'] / size['text']:.2f} |",
         f"| tantivy index (stored text included) | {tantivy_bytes / mb:,.0f} | "
         f"{tantivy_bytes / size['text']:.2f} |",
     ]
@@ -672,7 +681,7 @@ def _pipeline_section(
 
 
 def _tenants_section(
-    url: str, engine: Engine, user: uuid.UUID, pool: list[str], args: argparse.Namespace,
+    url: str, engine: Engine, user: uuid.UUID, pool: list[str], *, args: argparse.Namespace,
     mix: list[Query],
 ) -> list[str]:  # fmt: skip
     names = [f"t{n:04}" for n in range(args.tenants)]
