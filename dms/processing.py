@@ -40,7 +40,13 @@ from dms.domain import FieldType, Revision
 from dms.errors import NotFound, PermanentFailure, UnreadableContent, ValidationError
 from dms.extraction import DEFAULT_EXTRACTORS, ExtractorRegistry, extract_text
 from dms.jobs import Enqueued, Handler, Job, NewJob
-from dms.services import EXTRACT_REVISION, clear_value, define_field, set_value
+from dms.services import (
+    EXTRACT_REVISION,
+    clear_value,
+    define_field,
+    extraction_job,
+    set_value,
+)
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 
@@ -158,43 +164,59 @@ def _record(uow: UnitOfWork, document_id: uuid.UUID, outcome: str, shown: str | 
 def extract_revision(
     store: LocalBlobStore, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
 ) -> Handler[UnitOfWork]:
-    """The handler of ``revision.extract`` jobs, reading blobs from ``store``."""
+    """The handler of ``revision.extract`` jobs, reading blobs from ``store``.
+
+    A job names one revision or many (:func:`dms.services.extraction_jobs`). Revisions that are
+    no longer their documents' current ones are skipped. A revision whose bytes cannot be read
+    fails its job for good (:class:`~dms.errors.PermanentFailure`, with the reason); in a job of
+    many, the others are stored and that revision gets a job of its own, which fails so.
+    """
 
     def handle(uow: UnitOfWork, job: Job, /) -> None:
-        revision_id = _revision_id(job)
-        try:
-            revision = uow.revisions.get(revision_id)
-        except NotFound:
-            _log.info(
-                "job %s: revision %s is gone (purged): nothing to extract", job.id, revision_id
-            )
-            return
-        document = uow.documents.get(revision.document_id, include_deleted=True)
-        if document.current_revision_id != revision.id:
-            return  # superseded: the index holds current revisions only
-        content = _intact_content(store, revision, job)
-        try:
-            extracted = extract_text(content, revision.mime_type, extractors)
-        except UnreadableContent as exc:
-            raise PermanentFailure(f"job {job.id}: revision {revision.id}: {exc}") from exc
-        uow.search.store_text(revision.id, extractor=extracted.extractor, parts=extracted.parts)
+        wanted = _extraction_ids(job)
+        texts: dict[uuid.UUID, tuple[str, tuple[str, ...]]] = {}
+        unreadable: dict[uuid.UUID, str] = {}
+        for revision in uow.revisions.current_among(wanted):
+            try:
+                extracted = extract_text(
+                    _intact_content(store, revision), revision.mime_type, extractors
+                )
+            except UnreadableContent as exc:
+                unreadable[revision.id] = str(exc)
+            else:
+                texts[revision.id] = (extracted.extractor, extracted.parts)
+        uow.search.store_texts(texts)
+        if len(wanted) == 1 and unreadable:
+            [(revision_id, reason)] = unreadable.items()
+            raise PermanentFailure(f"job {job.id}: revision {revision_id}: {reason}")
+        jobs.enqueue_many(uow, [extraction_job(uow.tenant, r) for r in sorted(unreadable)])
 
     return handle
 
 
-def _intact_content(store: LocalBlobStore, revision: Revision, job: Job) -> bytes:
+def _extraction_ids(job: Job) -> list[uuid.UUID]:
+    payload = job.payload
+    try:
+        if isinstance(payload, dict) and "revision_ids" in payload:
+            ids = [uuid.UUID(str(value)) for value in payload["revision_ids"]]
+            if ids:
+                return ids
+        return [_revision_id(job)]
+    except (TypeError, ValueError) as exc:
+        raise PermanentFailure(
+            f"job {job.id}: payload needs revision_ids, got {payload!r:.200}"
+        ) from exc
+
+
+def _intact_content(store: LocalBlobStore, revision: Revision) -> bytes:
     try:
         content = store.read(revision.storage_key)
     except NotFound as exc:
-        raise PermanentFailure(
-            f"job {job.id}: revision {revision.id}: its blob {revision.storage_key!r} is missing"
-        ) from exc
+        raise UnreadableContent(f"its blob {revision.storage_key!r} is missing") from exc
     if len(content) != revision.size_bytes or (
         hashlib.sha256(content).hexdigest() != revision.sha256
     ):
-        raise PermanentFailure(
-            f"job {job.id}: revision {revision.id}: the stored bytes do not match its SHA-256"
-        )
+        raise UnreadableContent("the stored bytes do not match its SHA-256")
     return content
 
 

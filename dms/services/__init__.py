@@ -19,8 +19,10 @@ aggregate that a use case starts from: :mod:`.documents`, :mod:`.folders`, :mod:
 
 from .documents import (
     EXTRACT_REVISION,
+    EXTRACTION_BATCH,
     add_revision,
     create_document,
+    extraction_job,
     extraction_jobs,
     search_documents,
 )
@@ -29,6 +31,7 @@ from .metadata import clear_value, define_field, set_value, set_values
 from .tags import tag_documents, untag_documents
 
 __all__ = [
+    "EXTRACTION_BATCH",
     "EXTRACT_REVISION",
     "FolderRemoval",
     "add_revision",
@@ -36,6 +39,7 @@ __all__ = [
     "create_document",
     "define_field",
     "delete_folder",
+    "extraction_job",
     "extraction_jobs",
     "restore_folder",
     "search_documents",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 
@@ -16,6 +17,9 @@ from dms.uow import UnitOfWork
 
 #: The job kind that extracts a revision's text for the content search (:mod:`dms.processing`).
 EXTRACT_REVISION = "revision.extract"
+#: Revisions per extraction job when many are enqueued together (an import's batch, a
+#: backfill): the cost of a job (its claim, unit of work and completion) is shared by them.
+EXTRACTION_BATCH = 100
 
 
 def create_document(
@@ -84,25 +88,47 @@ def add_revision(
         mime_type=mime_type,
     )
     uow.documents.set_current_revision(document_id, revision.id)
-    jobs.enqueue_many(uow, extraction_jobs(uow.tenant, [revision.id]))
+    jobs.enqueue_many(uow, [extraction_job(uow.tenant, revision.id)])
     return revision
 
 
 def extraction_jobs(tenant: str, revision_ids: Iterable[uuid.UUID]) -> list[jobs.NewJob]:
     """The text extraction jobs of ``revision_ids``, for :func:`dms.jobs.enqueue_many`.
 
-    One idempotency key per revision: a revision's text is extracted once however often it is
-    enqueued (an upload, an import, a backfill that was interrupted and run again).
+    One job per :data:`EXTRACTION_BATCH` revisions (``{"revision_ids": [...]}``), or
+    :func:`extraction_job` for a single one. The idempotency key names the revisions: the same
+    revisions enqueued again (an interrupted import or backfill run again) make no new job.
     """
-    return [
-        jobs.NewJob(
-            kind=EXTRACT_REVISION,
-            payload={"revision_id": str(revision_id)},
-            tenant=tenant,
-            idempotency_key=f"{EXTRACT_REVISION}:{revision_id}",
-        )
-        for revision_id in revision_ids
+    ids = [str(revision_id) for revision_id in revision_ids]
+    batches = [
+        ids[start : start + EXTRACTION_BATCH] for start in range(0, len(ids), EXTRACTION_BATCH)
     ]
+    return [
+        extraction_job(tenant, uuid.UUID(batch[0]))
+        if len(batch) == 1
+        else jobs.NewJob(
+            kind=EXTRACT_REVISION,
+            payload={"revision_ids": batch},
+            tenant=tenant,
+            idempotency_key=f"{EXTRACT_REVISION}:{_digest(batch)}",
+        )
+        for batch in batches
+    ]
+
+
+def extraction_job(tenant: str, revision_id: uuid.UUID) -> jobs.NewJob:
+    """The text extraction job of one revision (``{"revision_id": ...}``), once per revision."""
+    return jobs.NewJob(
+        kind=EXTRACT_REVISION,
+        payload={"revision_id": str(revision_id)},
+        tenant=tenant,
+        idempotency_key=f"{EXTRACT_REVISION}:{revision_id}",
+    )
+
+
+def _digest(ids: list[str]) -> str:
+    # A key of bounded length that names the batch.
+    return "batch-" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:32]
 
 
 def search_documents(

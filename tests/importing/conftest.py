@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from dms import jobs, tenancy
 from dms.importing.files import IN_MEMORY_BYTES
 from dms.jobs import JobState
-from dms.processing import handlers
+from dms.processing import VERIFY_REVISION, handlers
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
@@ -119,7 +119,7 @@ def digest(data: bytes) -> str:
 
 def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dict[JobState, int]:
     """Run a worker until the tenant's jobs (verification, extraction) are all finished; count
-    their states."""
+    the verification jobs' states."""
     with jobs.Worker(
         engine,
         handlers(store),
@@ -129,8 +129,9 @@ def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dic
     ):
         for _ in range(600):
             with engine.connect() as conn:
-                stats = jobs.stats(conn, tenant=tenant)
-            if stats.total(JobState.QUEUED) + stats.total(JobState.RUNNING) == 0:
+                every = jobs.stats(conn, tenant=tenant)
+                stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)
+            if every.total(JobState.QUEUED) + every.total(JobState.RUNNING) == 0:
                 break
             time.sleep(0.1)
     return {state: stats.total(state) for state in JobState}

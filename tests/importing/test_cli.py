@@ -70,8 +70,9 @@ def test_json_report_of_an_import_into_a_folder_path(
     assert status == 0
     assert report["complete"] is True
     assert report["counts"]["documents_created"] == len(source_files(tree))
-    # One verification and one text extraction per file.
-    assert report["counts"]["jobs_enqueued"] == 2 * len(source_files(tree))
+    # One verification per file, one text extraction per batch of the import.
+    files, batches = len(source_files(tree)), report["counts"]["batches"]
+    assert report["counts"]["jobs_enqueued"] == files + batches
     assert {e["path"] for e in report["renamed"]} >= {"share/docs/index.html"}
     assert set(report["timings"]) == {
         "reading_and_hashing",
