@@ -53,6 +53,11 @@ from dms.services import EXTRACT_REVISION, define_field, search_documents
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
 
+MISSES = False
+#: A distinctive word occurs in at most this many of word_frequencies' 200,000 paragraphs.
+RARE_PARAGRAPHS = 100
+#: Words of a known-item span that are not stop words, at least.
+MIN_CONTENT_WORDS = 2
 BATCH = 2000
 TOP_FOLDERS = 100
 FOLDERS_PER_TOP = 100
@@ -391,18 +396,21 @@ def known_items(
 
     A span runs across the boundary of two of the document's paragraphs: paragraphs recur in
     several documents (as boilerplate does), so a span inside one would not name one document.
-    It has two words or more that are not stop words, and tantivy finds its phrase in exactly
-    one document.
+    It is distinctive, as what a person remembers of a document is: two words or more that
+    are not stop words, one of them in at most 1 of 2,000 paragraphs; and tantivy finds its
+    phrase in exactly one document.
     """
     rng = random.Random(seed)
     stop = set(STOP_WORDS.read_text().split()) if STOP_WORDS.exists() else set()
-    chosen = set(rng.sample(range(count), min(count, wanted * 4)))
+    frequency = word_frequencies(pool)
+    rare = {word for word, n in frequency.items() if n <= RARE_PARAGRAPHS}
+    chosen = set(rng.sample(range(count), min(count, wanted * 20)))
     searcher = index.searcher()
     found: list[tuple[int, str]] = []
     for document in documents(pool, count, folders=10_000, tags=TAGS):
         if document.number not in chosen or len(found) >= wanted:
             continue
-        span = _span(rng, document.text.split("\n\n"), stop)
+        span = _span(rng, document.text.split("\n\n"), stop, rare)
         if span is not None and _phrase_count(searcher, index, span) == 1:
             found.append((document.number, span))
     return found
@@ -413,7 +421,7 @@ def _phrase_count(searcher: tantivy.Searcher, index: tantivy.Index, span: str) -
     return int(result.count)  # type: ignore[attr-defined]  # set when count=True
 
 
-def _span(rng: random.Random, paras: list[str], stop: set[str]) -> str | None:
+def _span(rng: random.Random, paras: list[str], stop: set[str], rare: set[str]) -> str | None:
     if len(paras) < 2:
         return None
     for _ in range(10):
@@ -422,8 +430,9 @@ def _span(rng: random.Random, paras: list[str], stop: set[str]) -> str | None:
         before = rng.randint(1, length - 1)
         words = paras[at].split()[-before:] + paras[at + 1].split()[: length - before]
         content = [w for w in words if w.lower() not in stop]
-        if len(words) == length and all(w.isalpha() for w in words) and len(content) >= 2:
-            return " ".join(words)
+        distinctive = any(w.lower() in rare for w in words)
+        if len(words) == length and all(w.isalpha() for w in words) and distinctive:
+            return " ".join(words) if len(content) >= MIN_CONTENT_WORDS else None
     return None
 
 
@@ -433,6 +442,8 @@ def quality_dms(engine: Engine, world: World, items: list[tuple[int, str]]) -> t
         with UnitOfWork(engine, tenant=world.tenant) as uow:
             page = search_documents(uow, DocumentQuery(text=span), limit=PAGE)
         numbers = [_number(d.title) for d in page.items]
+        if MISSES and numbers[:1] != [number]:
+            print(f"miss: {span!r} wanted {number}, got {numbers[:5]}")
         reciprocal += _reciprocal(numbers, number)
         recalled += number in numbers
     return reciprocal / len(items), recalled / len(items)

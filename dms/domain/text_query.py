@@ -62,6 +62,22 @@ class TextQuery:
         """Every term of every clause, in order."""
         return tuple(term for clause in self.clauses for term in clause.terms)
 
+    @property
+    def words_in_order(self) -> tuple[str, ...]:
+        """The query's required plain words, in order, when it has two or more of them.
+
+        A document that has them next to each other, as typed, is what a user who remembers a
+        passage looks for: the search ranks it higher.
+        """
+        words = tuple(
+            clause.terms[0].text
+            for clause in self.clauses
+            if not clause.excluded
+            and len(clause.terms) == 1
+            and not (clause.terms[0].phrase or clause.terms[0].prefix)
+        )
+        return words if len(words) > 1 else ()
+
 
 def parse_text_query(text: object) -> TextQuery:
     """Return the query that ``text`` spells.

@@ -228,9 +228,10 @@ def test_a_title_ranks_above_tags_and_tags_above_content(uow: UnitOfWork) -> Non
 def test_words_close_together_rank_higher(uow: UnitOfWork) -> None:
     with uow:
         with_text(uow, "apart", "quarterly " + "other words " * 40 + "figures")
+        with_text(uow, "reversed", "figures quarterly")
         with_text(uow, "together", "the quarterly figures are in")
 
-        assert found(uow, "quarterly figures") == ["together", "apart"]
+        assert found(uow, "quarterly figures") == ["together", "reversed", "apart"]
 
 
 def test_text_combines_with_every_other_filter(uow: UnitOfWork) -> None:

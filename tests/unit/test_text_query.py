@@ -128,3 +128,13 @@ def test_any_string_is_parsed_or_refused_with_a_validation_error(text: str) -> N
     assert len(parsed.terms) <= MAX_QUERY_TERMS
     assert all(term.text and term.text == term.text.strip() for term in parsed.terms)
     assert not parsed.clauses or not all(clause.excluded for clause in parsed.clauses)
+
+
+def test_words_in_order_are_the_required_plain_words() -> None:
+    assert parse_text_query('late payment -draft "a phrase" x* fee').words_in_order == (
+        "late",
+        "payment",
+        "fee",
+    )
+    assert parse_text_query("invoice or receipt").words_in_order == ()
+    assert parse_text_query("alone").words_in_order == ()
