@@ -32,7 +32,13 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 REPO_ROOT = README.parent
 
 SELF_CONTAINED = ("Using a real server", "The library in brief")
-CHAINED = ("Using the library", "Jobs", "Importing a file tree", "Migrations")
+CHAINED = (
+    "Using the library",
+    "Jobs",
+    "Importing a file tree",
+    "Finding documents by what they say",
+    "Migrations",
+)
 ELSEWHERE = ("Quick start", "Tests", "Benchmarks")
 #: How lines of ELSEWHERE sections may start: the quick start and tox (.ci/run runs them
 #: as written), benchmarks.
