@@ -418,7 +418,7 @@ def known_items(
 
 def _phrase_count(searcher: tantivy.Searcher, index: tantivy.Index, span: str) -> int:
     result = searcher.search(index.parse_query(f'body:"{span}"'), 2, count=True)
-    return int(result.count)  # type: ignore[attr-defined]  # set when count=True
+    return int(result.count)  # set when count=True
 
 
 def _span(rng: random.Random, paras: list[str], stop: set[str], rare: set[str]) -> str | None:
