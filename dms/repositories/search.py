@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
+from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
 from sqlalchemy.sql.functions import Function
 
 from dms import tenancy
@@ -188,9 +188,7 @@ class SearchRepository(Repository):
                 f"no text search configuration {shown(name)}: choose one of "
                 f"{', '.join(self.available_configs())}"
             )
-        upsert = sa.dialects.postgresql.insert(_settings).values(
-            singleton=True, text_search_config=name
-        )
+        upsert = insert(_settings).values(singleton=True, text_search_config=name)
         self._execute(
             upsert.on_conflict_do_update(
                 index_elements=[_settings.c.singleton],
