@@ -44,7 +44,7 @@ TITLE_MAX_CHARS = 500
 #: would otherwise cost a rank computation each (hundreds of milliseconds) for a page of 20.
 #: Beyond it, the search ranks the first matches the index yields, and says that its total is
 #: not exact. docs/search.md says what that means and bench/results/search.md what it saves.
-RANK_CANDIDATES = 5000
+RANK_CANDIDATES = 2000
 
 _d = t.documents
 _TITLE_KEY = sa.func.lower(_d.c.title)
@@ -262,14 +262,21 @@ class DocumentRepository(Repository):
     ) -> Page[Document]:
         """Return one page of live documents matching ``query``, ordered by title then id.
 
-        With ``query.text``, ordered by relevance (highest first) then id instead. ``fields``
+        With ``query.text``, ordered by relevance (highest first) then id instead, with the
+        number of matches (``estimated_total``: exact below :data:`RANK_CANDIDATES` matching
+        index rows, else a lower bound, ``total_exact``). ``fields``
         are the fields of ``query``'s metadata filters, by id:
         :func:`dms.services.search_documents` reads them and calls this. Pass the page's
         ``next_cursor`` as ``after`` for the next page; the cost of a page does not grow with
         its position (keyset, not OFFSET).
         """
         statement = self.search_statement(query, fields=fields, limit=limit, after=after)
-        return _page(list(self._execute(statement)), limit)
+        page = _page(list(self._execute(statement)), limit)
+        if query.text is not None and not page.items:
+            # Nothing matched (first page), or nothing is left (a later one): no total then.
+            first = after is None
+            return Page(items=[], next_cursor=None, estimated_total=0 if first else None)
+        return page
 
     def search_statement(
         self,
@@ -321,6 +328,7 @@ class DocumentRepository(Repository):
             self._candidates(query, fields).limit(RANK_CANDIDATES).subquery("candidates")
         ).subquery("ranked")
         top = sa.select(ranked).order_by(ranked.c.rank.desc(), ranked.c.document_id)
+        # The totals were counted over every match (in ranked) before the keyset cut.
         if after is not None:
             if after.rank is None:
                 raise ValidationError("this cursor belongs to a search without text")
@@ -329,7 +337,7 @@ class DocumentRepository(Repository):
         page = top.limit(limit + 1).subquery("page")
         # Only the page's documents are read whole.
         return (
-            sa.select(*COLUMNS, page.c.rank)
+            sa.select(*COLUMNS, page.c.rank, page.c.matched, page.c.parts)
             .join_from(page, _d, _d.c.id == page.c.document_id)
             .order_by(page.c.rank.desc(), _d.c.id)
         )
@@ -344,28 +352,6 @@ class DocumentRepository(Repository):
         return parts.join(_d, _d.c.id == document_id).where(
             _d.c.deleted_at.is_(None), *_conditions(query, fields)
         )
-
-    def count_matches(
-        self, query: DocumentQuery, *, fields: Mapping[uuid.UUID, MetadataField] | None = None
-    ) -> tuple[int, bool]:
-        """How many live documents a content search matches, and whether that is exact.
-
-        Counted among the matches that are ranked (:data:`RANK_CANDIDATES`): when there are
-        more, the count is a lower bound and not exact (counting every match of a common word
-        would cost what ranking them all costs).
-        """
-        check_query(query)
-        if query.text is None:
-            raise ValidationError("only a content search (text=...) counts its matches")
-        # Index rows, not documents: a document of several matching parts counts once.
-        limited = self._candidates(query, fields or {}).limit(RANK_CANDIDATES).subquery()
-        counted = self._execute(
-            sa.select(
-                sa.func.count(limited.c.document_id.distinct()).label("documents"),
-                sa.func.count().label("rows"),
-            )
-        ).one()
-        return int(counted.documents), int(counted.rows) < RANK_CANDIDATES
 
     def _listed(self, condition: sa.ColumnElement[bool]) -> list[Document]:
         rows = self._execute(
@@ -536,12 +522,22 @@ def _title_contains(text: str) -> sa.ColumnElement[bool]:
 
 def _page(rows: list[Any], limit: int) -> Page[Document]:
     items = [document(row) for row in rows[:limit]]
+    if rows and "rank" in rows[0]._fields:
+        return _ranked_page(rows, items, limit)
     if len(rows) <= limit:
         return Page(items=items, next_cursor=None)
     last = rows[limit - 1]
-    if "rank" in last._fields:
-        return Page(items=items, next_cursor=Cursor(title_key="", id=last.id, rank=last.rank))
     return Page(items=items, next_cursor=Cursor(title_key=last.title_key, id=last.id))
+
+
+def _ranked_page(rows: list[Any], items: list[Document], limit: int) -> Page[Document]:
+    last = rows[limit - 1] if len(rows) > limit else None
+    return Page(
+        items=items,
+        next_cursor=None if last is None else Cursor(title_key="", id=last.id, rank=last.rank),
+        estimated_total=int(rows[0].matched),
+        total_exact=int(rows[0].parts) < RANK_CANDIDATES,
+    )
 
 
 def insert_new(columns: Sequence[str], rows: sa.Select[Any]) -> Insert:

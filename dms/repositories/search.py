@@ -146,10 +146,26 @@ def _rank_of(
     return rank + sa.cast(has_phrase, sa.Integer)
 
 
-def best_per_document(parts: sa.Subquery) -> sa.Select[tuple[uuid.UUID, float]]:
-    """Each document of ``parts`` (a subquery of :func:`matching_parts`) with its best rank."""
-    return sa.select(parts.c.document_id, sa.func.max(parts.c.rank).label("rank")).group_by(
-        parts.c.document_id
+def best_per_document(parts: sa.Subquery) -> sa.Select[Any]:
+    """Each document of ``parts`` (a subquery of :func:`matching_parts`) with its best rank.
+
+    Also, on every row, how many documents there are (``matched``) and how many parts
+    (``parts``): the page's total comes with the page, from one scan of the index.
+    """
+    best = (
+        sa.select(
+            parts.c.document_id,
+            sa.func.max(parts.c.rank).label("rank"),
+            sa.func.count().label("parts"),
+        )
+        .group_by(parts.c.document_id)
+        .subquery("best")
+    )
+    return sa.select(
+        best.c.document_id,
+        best.c.rank,
+        sa.func.count().over().label("matched"),
+        sa.func.sum(best.c.parts).over().label("parts"),
     )
 
 

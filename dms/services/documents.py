@@ -151,10 +151,5 @@ def search_documents(
     if query.text is None:
         return page
     current = {d.id: d.current_revision_id for d in page.items if d.current_revision_id}
-    total, exact = uow.documents.count_matches(query, fields=fields)
-    return dataclasses.replace(
-        page,
-        snippets=uow.search.snippets(current, parse_text_query(query.text)),
-        estimated_total=total,
-        total_exact=exact,
-    )
+    snippets = uow.search.snippets(current, parse_text_query(query.text))
+    return dataclasses.replace(page, snippets=snippets)
