@@ -56,6 +56,8 @@ from dms.users import create_user, create_users_stand_in
 MISSES = False
 #: A distinctive word occurs in at most this many of word_frequencies' 200,000 paragraphs.
 RARE_PARAGRAPHS = 100
+#: Words that query syntax reads as operators, never in a known-item span.
+QUERY_WORDS = frozenset({"or", "and", "not"})
 #: Words of a known-item span that are not stop words, at least.
 MIN_CONTENT_WORDS = 2
 BATCH = 2000
@@ -404,7 +406,7 @@ def known_items(
     stop = set(STOP_WORDS.read_text().split()) if STOP_WORDS.exists() else set()
     frequency = word_frequencies(pool)
     rare = {word for word, n in frequency.items() if n <= RARE_PARAGRAPHS}
-    chosen = set(rng.sample(range(count), min(count, wanted * 20)))
+    chosen = set(rng.sample(range(count), min(count, wanted * 40)))
     searcher = index.searcher()
     found: list[tuple[int, str]] = []
     for document in documents(pool, count, folders=10_000, tags=TAGS):
@@ -431,6 +433,8 @@ def _span(rng: random.Random, paras: list[str], stop: set[str], rare: set[str]) 
         words = paras[at].split()[-before:] + paras[at + 1].split()[: length - before]
         content = [w for w in words if w.lower() not in stop]
         distinctive = any(w.lower() in rare for w in words)
+        if any(w.lower() in QUERY_WORDS for w in words):
+            continue  # "or" is syntax to both engines, AND and NOT to tantivy
         if len(words) == length and all(w.isalpha() for w in words) and distinctive:
             return " ".join(words) if len(content) >= MIN_CONTENT_WORDS else None
     return None
