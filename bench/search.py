@@ -430,8 +430,11 @@ def _span(rng: random.Random, paras: list[str], stop: set[str], rare: set[str]) 
         at = rng.randrange(len(paras) - 1)
         length = rng.randint(3, 6)
         before = rng.randint(1, length - 1)
-        words = paras[at].split()[-before:] + paras[at + 1].split()[: length - before]
+        left, right = paras[at].split()[-before:], paras[at + 1].split()[: length - before]
+        words = left + right
         content = [w for w in words if w.lower() not in stop]
+        if all(w.lower() in stop for w in left) or all(w.lower() in stop for w in right):
+            continue  # a stop word is no part of what the index holds: the span must cross
         distinctive = any(w.lower() in rare for w in words)
         if any(w.lower() in QUERY_WORDS for w in words):
             continue  # "or" is syntax to both engines, AND and NOT to tantivy

@@ -43,6 +43,10 @@ from . import _recordset
 from ._base import Repository
 from .errors import translated
 
+#: Added to the rank of a part that has the query's words next to each other, as typed: more
+#: than any ``ts_rank_cd`` here reaches, so that such parts come first, in rank order among
+#: themselves (a person who types a remembered passage is looking for that document).
+IN_ORDER_BONUS = 1000.0
 #: The configuration of a tenant that never chose one.
 DEFAULT_CONFIG = "simple"
 #: Marks around the words ``ts_headline`` highlights: control characters, which stored text
@@ -125,7 +129,8 @@ def matching_parts(tenant: str, query: TextQuery) -> sa.Select[tuple[uuid.UUID, 
     Deleted documents included, and no limit: the caller joins ``documents`` on
     ``document_id`` for its conditions, bounds the candidates (:data:`RANK_CANDIDATES`) and
     takes each document's best part (:func:`best_per_document`). A part that has the query's
-    words next to each other, as typed, ranks one whole point higher (:func:`_rank_of`).
+    words next to each other, as typed, ranks above every part that has not
+    (:data:`IN_ORDER_BONUS`).
     """
     found = sa.select(tsquery(tenant, query)).scalar_subquery()
     return sa.select(_index.c.document_id, _rank_of(tenant, query, found).label("rank")).where(
@@ -143,7 +148,7 @@ def _rank_of(
     text = _fold(tenant, sa.bindparam("words_in_order", " ".join(words), type_=sa.Text))
     in_order = sa.select(sa.func.phraseto_tsquery(_config(), text, type_=TSQUERY)).scalar_subquery()
     has_phrase = _index.c.terms.op("@@", return_type=sa.Boolean)(in_order)
-    return rank + sa.cast(has_phrase, sa.Integer)
+    return rank + IN_ORDER_BONUS * sa.cast(has_phrase, sa.Integer)
 
 
 def best_per_document(parts: sa.Subquery) -> sa.Select[Any]:
