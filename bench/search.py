@@ -53,6 +53,7 @@ from dms.services import EXTRACT_REVISION, define_field, search_documents
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
 
+#: Print each known item that dms does not rank first (set by hand when studying quality).
 MISSES = False
 #: A distinctive word occurs in at most this many of word_frequencies' 200,000 paragraphs.
 RARE_PARAGRAPHS = 100
