@@ -174,7 +174,7 @@ def best_per_document(parts: sa.Subquery) -> sa.Select[Any]:
     )
 
 
-def snippet(headline: str) -> Snippet:
+def _snippet(headline: str) -> Snippet:
     """The :class:`Snippet` of a ``ts_headline`` result written with this module's marks."""
     text: list[str] = []
     highlights: list[tuple[int, int]] = []
@@ -204,10 +204,10 @@ class SearchRepository(Repository):
         (``dms search config`` does both).
         """
         check_text("text search configuration", name)
-        if not _CONFIG_NAME.match(name) or name not in self.available_configs():
+        available = self.available_configs()
+        if not _CONFIG_NAME.match(name) or name not in available:
             raise ValidationError(
-                f"no text search configuration {shown(name)}: choose one of "
-                f"{', '.join(self.available_configs())}"
+                f"no text search configuration {shown(name)}: choose one of {', '.join(available)}"
             )
         upsert = insert(_settings).values(singleton=True, text_search_config=name)
         self._execute(
@@ -368,7 +368,7 @@ class SearchRepository(Repository):
                 )
             },
         )
-        return {row.document_id: snippet(row.headline) for row in rows}
+        return {row.document_id: _snippet(row.headline) for row in rows}
 
 
 def _check_text(revision_id: object, extractor: object, parts: object) -> None:
