@@ -40,7 +40,7 @@ from sqlalchemy.sql.functions import Function
 
 from alembic import op
 from dms.migrations import MigrationScope
-from dms.schema.ddl import execute_ddl
+from dms.schema.ddl import create_function, execute_ddl
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -457,7 +457,8 @@ def _create_functions(schema: str) -> None:
         *((name, "", "trigger", "plpgsql", body) for name, body in TRIGGER_FUNCTIONS.items()),
     )
     for name, arguments, returns, language, body in functions:
-        _create_function(
+        create_function(
+            op.get_bind(),
             schema,
             name,
             arguments=arguments,
@@ -465,25 +466,6 @@ def _create_functions(schema: str) -> None:
             language=language,
             body=body.format(**names),
         )
-
-
-def _create_function(
-    schema: str, name: str, *, arguments: str, returns: str, language: str, body: str
-) -> None:
-    execute_ddl(
-        op.get_bind(),
-        sql.SQL(
-            "CREATE FUNCTION {}.{}({}) RETURNS {} LANGUAGE {} SET search_path = {}, pg_temp AS {}"
-        ).format(
-            sql.Identifier(schema),
-            sql.Identifier(name),
-            sql.SQL(arguments),
-            sql.SQL(returns),
-            sql.SQL(language),
-            sql.Identifier(schema),
-            sql.Literal(body),
-        ),
-    )
 
 
 def _downgrade_tenant(schema: str) -> None:

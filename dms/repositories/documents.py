@@ -347,7 +347,12 @@ class DocumentRepository(Repository):
     ) -> sa.Select[Any]:
         """The index rows of live documents that ``query`` matches, each with its rank."""
         assert query.text is not None  # noqa: S101 (the callers' condition)
-        parts = search.matching_parts(self._tenant, parse_text_query(query.text))
+        parts = search.matching_parts(
+            self._tenant,
+            parse_text_query(query.text),
+            within_all=query.tags_all | _folder_ids(query),
+            within_any=query.tags_any,
+        )
         document_id = parts.selected_columns.document_id
         return parts.join(_d, _d.c.id == document_id).where(
             _d.c.deleted_at.is_(None), *_conditions(query, fields)
@@ -512,6 +517,11 @@ def _in_folder(folder_id: uuid.UUID, *, subfolders: bool) -> sa.ColumnElement[bo
         return _d.c.folder_id == folder_id
     tree = folders.subtree_ids(folder_id)
     return _d.c.folder_id.in_(sa.select(tree.c.id))
+
+
+def _folder_ids(query: DocumentQuery) -> frozenset[uuid.UUID]:
+    # Directly in the folder is under it too: the index narrows to the subtree either way.
+    return frozenset() if query.folder_id is None else frozenset({query.folder_id})
 
 
 def _title_contains(text: str) -> sa.ColumnElement[bool]:

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
+from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY, insert
 from sqlalchemy.sql.functions import Function
 
 from dms import tenancy
@@ -57,6 +57,7 @@ _HEADLINE_OPTIONS = (
     "MaxFragments=2, "
     'FragmentDelimiter=" ... "'
 )
+_ID_ARRAY = ARRAY(sa.Uuid)
 _CONFIG_NAME = re.compile("^[a-z][a-z0-9_]{0,62}$")
 
 _settings = t.search_settings
@@ -123,8 +124,19 @@ def _rank(terms: sa.ColumnElement[Any], query: sa.ColumnElement[Any]) -> sa.Colu
     return sa.cast(sa.func.ts_rank_cd(terms, query, 1), sa.Double)
 
 
-def matching_parts(tenant: str, query: TextQuery) -> sa.Select[tuple[uuid.UUID, float]]:
+def matching_parts(
+    tenant: str,
+    query: TextQuery,
+    *,
+    within_all: Collection[uuid.UUID] = (),
+    within_any: Collection[uuid.UUID] = (),
+) -> sa.Select[tuple[uuid.UUID, float]]:
     """The index rows that ``query`` matches: ``document_id`` and the part's ``rank``.
+
+    ``within_all`` and ``within_any`` narrow the rows to documents under every one (at least
+    one) of these folders and tags, in the index itself (``filters``, migration 0010): a common
+    word inside a small folder costs the folder's matches, not the word's. They only narrow:
+    the caller still applies its conditions on ``documents``.
 
     Deleted documents included, and no limit: the caller joins ``documents`` on
     ``document_id`` for its conditions, bounds the candidates (:data:`RANK_CANDIDATES`) and
@@ -133,9 +145,18 @@ def matching_parts(tenant: str, query: TextQuery) -> sa.Select[tuple[uuid.UUID, 
     (:data:`IN_ORDER_BONUS`).
     """
     found = sa.select(tsquery(tenant, query)).scalar_subquery()
-    return sa.select(_index.c.document_id, _rank_of(tenant, query, found).label("rank")).where(
+    statement = sa.select(_index.c.document_id, _rank_of(tenant, query, found).label("rank")).where(
         _index.c.terms.op("@@", return_type=sa.Boolean)(found)
     )
+    if within_all:
+        statement = statement.where(
+            _index.c.filters.contains(sa.bindparam("within_all", sorted(within_all), _ID_ARRAY))
+        )
+    if within_any:
+        statement = statement.where(
+            _index.c.filters.overlap(sa.bindparam("within_any", sorted(within_any), _ID_ARRAY))
+        )
+    return statement
 
 
 def _rank_of(

@@ -16,3 +16,36 @@ def execute_ddl(conn: Connection, statement: sql.Composable) -> None:
     conn.exec_driver_sql(
         statement.as_string(driver_conn), execution_options={"no_parameters": True}
     )
+
+
+def create_function(
+    conn: Connection,
+    schema: str,
+    name: str,
+    *,
+    arguments: str,
+    returns: str,
+    language: str,
+    body: str,
+) -> None:
+    """Create the function ``schema.name(arguments)``, resolving names in ``schema`` only.
+
+    ``arguments``, ``returns`` and ``language`` (with its attributes, such as ``sql STABLE``)
+    are SQL written by a migration, never input; the body is passed as a literal. The fixed
+    ``search_path`` makes the body's unqualified names mean the tenant's tables wherever the
+    function is called from (a trigger of any session, another schema's statement).
+    """
+    execute_ddl(
+        conn,
+        sql.SQL(
+            "CREATE FUNCTION {}.{}({}) RETURNS {} LANGUAGE {} SET search_path = {}, pg_temp AS {}"
+        ).format(
+            sql.Identifier(schema),
+            sql.Identifier(name),
+            sql.SQL(arguments),
+            sql.SQL(returns),
+            sql.SQL(language),
+            sql.Identifier(schema),
+            sql.Literal(body),
+        ),
+    )

@@ -25,7 +25,9 @@ a migration, a hand-written ``psql`` session) can break it:
   (``import_provenance``), which is what makes an interrupted import resumable;
 * ``document_search`` indexes exactly what it claims to: triggers rewrite a document's rows in
   the transaction that changes its title, tags, text values, current revision or that
-  revision's extracted text (migration 0009; :mod:`dms.repositories.search`).
+  revision's extracted text (migration 0009; :mod:`dms.repositories.search`), and the folders
+  and tags its ``filters`` name when a document or folder moves or a tag link changes
+  (migration 0010).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 from dms.domain.model import FieldType
 from dms.schema.naming import NAMING_CONVENTION
@@ -509,5 +511,13 @@ document_search = sa.Table(
     sa.Column("part_no", sa.Integer, primary_key=True),
     sa.Column("config", sa.Text, nullable=False),
     sa.Column("terms", TSVECTOR, nullable=False),
+    # The document's folder, the folders above it and its tags (migration 0010), so that the
+    # index answers a search's folder and tag filters together with its words.
+    sa.Column("filters", ARRAY(sa.Uuid), nullable=False),
 )
-sa.Index("ix_document_search_terms", document_search.c.terms, postgresql_using="gin")
+sa.Index(
+    "ix_document_search_terms_filters",
+    document_search.c.terms,
+    document_search.c.filters,
+    postgresql_using="gin",
+)

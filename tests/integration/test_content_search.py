@@ -17,8 +17,10 @@ from sqlalchemy.engine import Engine
 
 from dms import tenancy
 from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, NewDocument, Page
+from dms.domain.text_query import parse_text_query
 from dms.errors import ValidationError
 from dms.repositories import documents as documents_repository
+from dms.repositories import search as search_repository
 from dms.schema import tenant as t
 from dms.schema.tenant import TEXT_PART_MAX_CHARS
 from dms.services import (
@@ -260,6 +262,107 @@ def test_text_combines_with_every_other_filter(uow: UnitOfWork) -> None:
             metadata=(MetadataFilter(field_id=amount.id, at_least=100),),
             title_contains="invoice",
         ) == ["Invoice A"]
+
+
+def filters_of(uow: UnitOfWork, document: Document) -> set[uuid.UUID]:
+    """What the index holds as ``document``'s folders and tags (the same on every part)."""
+    rows = uow.connection.execute(
+        sa.select(t.document_search.c.filters).where(t.document_search.c.document_id == document.id)
+    ).scalars()
+    distinct = {frozenset(row) for row in rows}
+    assert len(distinct) == 1, distinct
+    return set(distinct.pop())
+
+
+def test_folder_and_tag_filters_follow_every_move_and_link(uow: UnitOfWork) -> None:
+    with uow:
+        paid = uow.tags.add(name="paid")
+        sent = uow.tags.add(name="sent")
+        archive = uow.folders.add(name="Archive")
+        year = uow.folders.add(name="2026", parent_id=archive.id)
+        inbox = uow.folders.add(name="Inbox")
+        document = with_text(uow, "Invoice", "first part ", "second part", folder_id=year.id)
+        assert filters_of(uow, document) == {year.id, archive.id}
+
+        tag_documents(uow, [document.id], [paid.id, sent.id])
+        untag_documents(uow, [document.id], [sent.id])
+        assert filters_of(uow, document) == {year.id, archive.id, paid.id}
+        assert found(uow, "invoice", tags_any=frozenset({paid.id, sent.id})) == ["Invoice"]
+        assert found(uow, "invoice", tags_all=frozenset({paid.id, sent.id})) == []
+
+        document = uow.documents.get(document.id)
+        uow.documents.move(document.id, folder_id=inbox.id, version=document.version)
+        assert filters_of(uow, document) == {inbox.id, paid.id}
+        assert found(uow, "invoice", folder_id=inbox.id) == ["Invoice"]
+        assert found(uow, "invoice", folder_id=archive.id) == []
+
+        # A folder moved with its documents: they are under its new ancestors, not its old.
+        uow.folders.move(inbox.id, parent_id=year.id)
+        assert filters_of(uow, document) == {inbox.id, year.id, archive.id, paid.id}
+        assert found(uow, "invoice", folder_id=archive.id, tags_all=frozenset({paid.id})) == [
+            "Invoice"
+        ]
+        uow.folders.move(year.id, parent_id=None)
+        assert filters_of(uow, document) == {inbox.id, year.id, paid.id}
+        assert found(uow, "invoice", folder_id=archive.id) == []
+        assert found(uow, "part", folder_id=year.id) == ["Invoice"]
+
+
+def test_raw_sql_moves_and_links_keep_the_filters(
+    engine: Engine, tenant: str, user_id: uuid.UUID, uow: UnitOfWork
+) -> None:
+    with uow:
+        paid = uow.tags.add(name="paid")
+        archive = uow.folders.add(name="Archive")
+        inner = uow.folders.add(name="Inner")
+        document = with_text(uow, "Invoice", "some words", folder_id=inner.id)
+        uow.commit()
+    folders, documents = t.folders, t.documents
+    with engine.begin() as conn:
+        routed = tenancy.route(conn, tenant)
+        # Each change after the link, which rewrites the document's rows anyway.
+        routed.execute(sa.insert(t.document_tags).values(document_id=document.id, tag_id=paid.id))
+        routed.execute(
+            sa.update(folders).where(folders.c.id == inner.id).values(parent_id=archive.id)
+        )
+
+    with UnitOfWork(engine, tenant=tenant) as reader:
+        assert filters_of(reader, document) == {inner.id, archive.id, paid.id}
+        assert found(reader, "words", folder_id=archive.id, tags_all=frozenset({paid.id})) == [
+            "Invoice"
+        ]
+    with engine.begin() as conn:
+        routed = tenancy.route(conn, tenant)
+        routed.execute(sa.delete(t.tags).where(t.tags.c.id == paid.id))
+        routed.execute(
+            sa.update(documents).where(documents.c.id == document.id).values(folder_id=None)
+        )
+
+    with UnitOfWork(engine, tenant=tenant) as reader:
+        assert filters_of(reader, document) == set()
+        assert found(reader, "words", folder_id=archive.id) == []
+
+
+def test_the_index_itself_answers_folder_and_tag_filters(uow: UnitOfWork, tenant: str) -> None:
+    with uow:
+        paid = uow.tags.add(name="paid")
+        archive = uow.folders.add(name="Archive")
+        statement = search_repository.matching_parts(
+            tenant, parse_text_query("invoice"), within_all={archive.id}, within_any={paid.id}
+        )
+        conn = uow.connection
+        # The test's own transaction only: EXPLAIN of the compiled text needs the schema; with
+        # no rows the planner would rather read the table, which says nothing about the index.
+        conn.exec_driver_sql(f"SET LOCAL search_path = {tenancy.schema_name(tenant)}, public")
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        compiled = statement.compile(conn)
+        explained = conn.exec_driver_sql(f"EXPLAIN {compiled}", compiled.params)
+        plan = "\n".join(str(row[0]) for row in explained)
+
+        assert "Bitmap Index Scan on ix_document_search_terms_filters" in plan, plan
+        conditions = [line for line in plan.splitlines() if "Index Cond" in line]
+        assert len(conditions) == 1, plan
+        assert all(f in conditions[0] for f in ("terms @@", "filters @>", "filters &&")), plan
 
 
 def test_pages_never_skip_or_repeat_a_document(uow: UnitOfWork) -> None:

@@ -94,12 +94,15 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
         triggers = set(conn.scalars(query, {"schema": tenancy.schema_name(tenant)}))
 
     # known_users_enlist: one trigger of that name on each table with a column naming a user;
-    # the search_ triggers keep the content search's index in step (migration 0009).
+    # the search_ triggers keep the content search's index in step (migrations 0009, 0010).
     assert triggers == {
         "file_revisions_guard",
         "folders_guard",
         "known_users_enlist",
+        "search_document_moved",
         "search_documents_changed",
+        "search_filters_row",
+        "search_folder_moved",
         "search_links_changed",
         "search_tag_renamed",
         "search_text_extracted",

@@ -42,6 +42,10 @@ TENANT_TRIGGERS = {
     ("document_metadata", "search_links_changed"),
     ("tags", "search_tag_renamed"),
     ("revision_texts", "search_text_extracted"),
+    # ... and its filters in step with the folders and tags (migration 0010).
+    ("document_search", "search_filters_row"),
+    ("documents", "search_document_moved"),
+    ("folders", "search_folder_moved"),
 }
 
 
@@ -95,9 +99,11 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
         "file_revisions_guard",
         "folders_guard",
         "known_users_enlist",
+        "search_filters",
         "search_fold",
         "search_header",
         "search_rebuild",
+        "search_refresh_filters",
         "search_refresh_header",
         *(trigger for _table, trigger in TENANT_TRIGGERS if trigger.startswith("search_")),
     }
