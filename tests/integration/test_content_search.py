@@ -352,8 +352,10 @@ def test_the_index_itself_answers_folder_and_tag_filters(uow: UnitOfWork, tenant
         )
         conn = uow.connection
         # The test's own transaction only: EXPLAIN of the compiled text needs the schema; with
-        # no rows the planner would rather read the table, which says nothing about the index.
+        # no rows the planner would rather read the table, which says nothing about the index
+        # (on Citus, on the tenant's node too: a placeholder setting on plain PostgreSQL).
         conn.exec_driver_sql(f"SET LOCAL search_path = {tenancy.schema_name(tenant)}, public")
+        conn.exec_driver_sql("SET LOCAL citus.propagate_set_commands = 'local'")
         conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         compiled = statement.compile(conn)
         explained = conn.exec_driver_sql(f"EXPLAIN {compiled}", compiled.params)
