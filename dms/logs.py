@@ -25,6 +25,8 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("plain", "json")
 #: Level names accepted by :func:`configure` (and ``DMS_LOG_LEVEL``).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
+#: The logger of the lines a command says to its operator (``dms.cli.output.tell``).
+OPERATOR_LOGGER = "dms.cli.operator"
 _PLAIN = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 #: Attributes every LogRecord has; the others came from ``extra=``.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -51,12 +53,29 @@ class JsonFormatter(logging.Formatter):
 def configure(level: str, log_format: LogFormat = "plain") -> None:
     """Send log lines of ``level`` and above to stderr, as plain text or JSON.
 
-    Replaces the handlers of the root logger: an entry point owns the process's logging.
+    Replaces the handlers of the root logger: an entry point owns the process's logging. The
+    lines a command says to its operator (:data:`OPERATOR_LOGGER`: ``error: ...``, how far an
+    interrupted run got) go to stderr whatever ``level`` is: as they are in plain format, as
+    JSON objects like every other line in JSON format.
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_PLAIN))
     root = logging.getLogger()
-    for existing in root.handlers[:]:
-        root.removeHandler(existing)
-    root.addHandler(handler)
+    _replace_handler(root, _handler(JsonFormatter() if log_format == "json" else _PLAIN))
     root.setLevel(level)
+    operator = logging.getLogger(OPERATOR_LOGGER)
+    _replace_handler(operator, _handler(JsonFormatter() if log_format == "json" else "%(message)s"))
+    operator.setLevel(logging.INFO)
+    operator.propagate = False
+
+
+def _handler(formatter: logging.Formatter | str) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    if isinstance(formatter, str):
+        formatter = logging.Formatter(formatter)
+    handler.setFormatter(formatter)
+    return handler
+
+
+def _replace_handler(logger: logging.Logger, handler: logging.Handler) -> None:
+    for existing in logger.handlers[:]:
+        logger.removeHandler(existing)
+    logger.addHandler(handler)

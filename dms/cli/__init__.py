@@ -9,6 +9,8 @@ made on first use).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -19,11 +21,16 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from dms import logs
 from dms.cli import check, dev, health, importing, jobs, schema, search, tenants
 from dms.cli.context import EXIT_ERROR, Context
+from dms.cli.output import tell
 from dms.config import Settings
 from dms.errors import DmsError, NotMigrated
 from dms.logs import LOG_FORMATS, LOG_LEVELS
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_CLOSED_PIPE", "build_parser", "main", "parse_arguments"]
+
+#: Exit status when the reader of stdout closed it (128 + SIGPIPE, as a shell reports a
+#: command that a closed pipe stopped).
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def _version() -> str:
@@ -75,9 +82,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The options of ``dms`` itself that take a value (``dms alembic`` must find its own start).
+_VALUED_OPTIONS = frozenset({"--database-url", "--log-level", "--log-format"})
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """``argv`` (default: the command line's) as ``dms``'s parser reads it.
+
+    Everything after ``alembic`` belongs to alembic, options included (``dms alembic -x
+    tenant=acme downgrade -1``): argparse would read ``-x`` as an option of ``dms``, so the
+    words after the command are set aside before parsing.
+    """
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = _command_index(words)
+    if command is None or words[command] != "alembic":
+        return build_parser().parse_args(words)
+    args = build_parser().parse_args(words[: command + 1])
+    args.arguments = words[command + 1 :]
+    return args
+
+
+def _command_index(words: list[str]) -> int | None:
+    """Where the command is in ``words``: the first word that is no option or option value."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if not word.startswith("-"):
+            return index
+        index += 2 if word in _VALUED_OPTIONS else 1
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dms`` with ``argv`` and return the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
+    try:
+        status = _run(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart
+    except BrokenPipeError:
+        # The reader went away (``dms jobs list | head -1``): nothing more to say to anyone.
+        # Python would complain again while flushing stdout at exit: point it at nothing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env()
         logs.configure(_log_level(args, settings), args.log_format or settings.log_format)
@@ -88,15 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ctx.close()
     except OperationalError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        print(f"error: cannot use the database: {reason}", file=sys.stderr)
+        tell(f"error: cannot use the database: {reason}")
         return EXIT_ERROR
     except ProgrammingError as exc:
         # Every table a command reads is dms's own: a missing one means a missing migration.
         if not isinstance(exc.orig, psycopg.errors.UndefinedTable):
             raise
-        print(f"error: {NotMigrated()}", file=sys.stderr)
+        tell(f"error: {NotMigrated()}")
         return EXIT_ERROR
     except DmsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        tell(f"error: {exc}")
         return EXIT_ERROR
     return result

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import progress
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.migrations.drift import DriftReport, check_drift
 
@@ -30,7 +30,7 @@ def _check(ctx: Context, args: argparse.Namespace) -> int:
         try:
             report = check_drift(ctx.engine, progress=progress("check"))
         except KeyboardInterrupt:
-            print("interrupted; nothing was changed: run dms check again", file=sys.stderr)
+            tell("interrupted; nothing was changed: run dms check again", level=logging.WARNING)
             return signals.exit_status
     if args.json:
         emit_json(report.as_json())

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from dms import embedded
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.cli.output import tell
 from dms.seed import DEMO_TIMEOUT_SECONDS, run_demo, seed
 from dms.users import create_users_stand_in
 
@@ -54,10 +54,9 @@ def _demo(ctx: Context, args: argparse.Namespace) -> int:
     result = run_demo(ctx.engine, settings=ctx.settings, timeout_seconds=args.timeout)
     print(result.summary)
     if result.unfinished:
-        print(
+        tell(
             f"error: {result.unfinished} seed job(s) still queued or running after "
-            f"{args.timeout:g} s; see: dms jobs stats",
-            file=sys.stderr,
+            f"{args.timeout:g} s; see: dms jobs stats"
         )
         return EXIT_ERROR
     return EXIT_OK

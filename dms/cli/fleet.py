@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, Context
-from dms.cli.output import emit_json
+from dms.cli.output import emit_json, tell
 from dms.errors import FleetInterrupted, FleetStopped, ValidationError
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.progress import Progress, progress_for
@@ -93,7 +93,7 @@ def run_fleet(
             _stopped(ctx, stopped.report, finish, f"error: {stopped}", as_json=as_json)
             return EXIT_ERROR
         except KeyboardInterrupt:
-            print("interrupted before any tenant was changed", file=sys.stderr)
+            tell("interrupted before any tenant was changed", level=logging.WARNING)
             return signals.exit_status
 
 
@@ -107,10 +107,11 @@ def _stopped(
 ) -> None:
     if as_json:
         emit_json(report.as_json())
-    print(f"{first}; finish with: {command_line(ctx, *finish(report))}", file=sys.stderr)
+    level = logging.ERROR if first.startswith("error:") else logging.WARNING
+    tell(f"{first}; finish with: {command_line(ctx, *finish(report))}", level=level)
 
 
 def print_problems(report: FleetReport) -> None:
     """One ``error:`` line on stderr for each tenant that did not end as asked."""
     for item in report.problems:
-        print(f"error: {item.error or item.describe()}", file=sys.stderr)
+        tell(f"error: {item.error or item.describe()}")

@@ -9,6 +9,7 @@ imported was not (a refused name, an unreadable file, ...), so that a script not
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 import uuid
@@ -19,8 +20,9 @@ from tqdm import tqdm
 
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.errors import NotFound, ValidationError
+from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.importing import ImportProgress, ImportReport, NamePolicy, import_tree
 from dms.importing.importer import DEFAULT_BATCH_FILES
 from dms.importing.walk import count_files, source_root
@@ -71,19 +73,28 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
     root = source_root(args.path)
     into = _resolve_into(ctx, args.tenant, args.into)
     blobs = Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs"
-    with _Progress(count_files(root)) as progress:
-        report = import_tree(
-            ctx.engine,
-            root,
-            tenant=args.tenant,
-            user_id=args.user,
-            store=LocalBlobStore(blobs),
-            into=into,
-            name_policy=NamePolicy(args.names),
-            batch_files=args.batch_size,
-            progress=progress,
-            settings=ctx.settings,
-        )
+    with _Progress(count_files(root)) as progress, sigterm_as_interrupt() as signals:
+        try:
+            report = import_tree(
+                ctx.engine,
+                root,
+                tenant=args.tenant,
+                user_id=args.user,
+                store=LocalBlobStore(blobs),
+                into=into,
+                name_policy=NamePolicy(args.names),
+                batch_files=args.batch_size,
+                progress=progress,
+                settings=ctx.settings,
+            )
+        except KeyboardInterrupt:
+            # Every committed batch stays; the one in flight was rolled back.
+            tell(
+                f"interrupted after {progress.files_done:,} of {progress.total:,} files: run the "
+                "same dms import again to resume (nothing is imported twice)",
+                level=logging.WARNING,
+            )
+            return signals.exit_status
     _print(report, as_json=args.json)
     return EXIT_OK if report.complete else EXIT_ERROR
 
@@ -135,13 +146,15 @@ class _Progress:
     """Called after each committed batch: a bar on a terminal, else a line now and then."""
 
     def __init__(self, total: int) -> None:
-        self._total = total
+        self.total = total
+        #: Files of the batches committed so far.
+        self.files_done = 0
         self._bar: tqdm[NoReturn] | None = None
         self._last_line = time.monotonic()
 
     def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
-            self._bar = tqdm(total=self._total, unit="file", unit_scale=True, file=sys.stderr)
+            self._bar = tqdm(total=self.total, unit="file", unit_scale=True, file=sys.stderr)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -149,15 +162,16 @@ class _Progress:
             self._bar.close()
 
     def __call__(self, progress: ImportProgress) -> None:
+        self.files_done = progress.files_done
         if self._bar is not None:
             self._bar.update(progress.files_done - self._bar.n)
             return
         now = time.monotonic()
-        if now - self._last_line >= PROGRESS_LINE_SECONDS or progress.files_done == self._total:
+        if now - self._last_line >= PROGRESS_LINE_SECONDS or progress.files_done == self.total:
             self._last_line = now
             rate = progress.files_done / max(progress.elapsed_seconds, 1e-9)
-            print(
-                f"import: {progress.files_done} of {self._total} files, "
+            tell(
+                f"import: {progress.files_done} of {self.total} files, "
                 f"{progress.bytes_read / 1e6:.1f} MB, {rate:.0f} files/s",
-                file=sys.stderr,
+                level=logging.INFO,
             )

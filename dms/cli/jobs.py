@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +15,7 @@ from dms import jobs, tenancy
 from dms.cli.arguments import duration, job_state, json_value, moment, port, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
@@ -90,12 +89,12 @@ def _register_operations(
     job_commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
     """``jobs list`` and ``jobs cancel``."""
-    listing = job_commands.add_parser("list", help="jobs in one state, most recent first")
+    listing = job_commands.add_parser("list", help="jobs, most recent first")
     listing.add_argument(
         "--state",
         type=job_state,
-        required=True,
-        help=f"one of {', '.join(state.value for state in JobState)}",
+        help=f"only jobs in this state: one of {', '.join(state.value for state in JobState)} "
+        "(default: every state)",
     )
     listing.add_argument("--tenant", help="only jobs of this tenant")
     listing.add_argument("--kind", help="only jobs of this kind")
@@ -197,7 +196,7 @@ def _list(ctx: Context, args: argparse.Namespace) -> int:
         emit_json(found)
         return EXIT_OK
     _print_jobs(found)
-    print(f"{len(found)} {args.state} job(s) shown")
+    print(f"{len(found)} {'' if args.state is None else f'{args.state} '}job(s) shown")
     return EXIT_OK
 
 
@@ -256,7 +255,7 @@ def _dead(ctx: Context, args: argparse.Namespace) -> int:
 
 def _requeue(ctx: Context, args: argparse.Namespace) -> int:
     if (args.job_id is None) == (not args.dead):
-        print("error: give a job id, or --dead with optional filters", file=sys.stderr)
+        tell("error: give a job id, or --dead with optional filters")
         return EXIT_ERROR
     with ctx.engine.begin() as conn:
         _require_tenant(conn, args.tenant)

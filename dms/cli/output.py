@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import enum
 import json
+import logging
 import sys
 import uuid
 from datetime import date, datetime, timedelta
@@ -13,12 +14,22 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from dms.logs import OPERATOR_LOGGER
+
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Give a command the ``--json`` flag."""
     parser.add_argument(
         "--json", action="store_true", help="print one JSON document instead of lines"
     )
+
+
+def tell(line: str, *, level: int = logging.ERROR) -> None:
+    """Say ``line`` to the operator on stderr: as it is, or as a JSON log line when asked.
+
+    Errors (``error: ...``) are ``ERROR``; how far an interrupted run got is ``WARNING``.
+    """
+    logging.getLogger(OPERATOR_LOGGER).log(level, line)
 
 
 def emit_json(value: Any) -> None:

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 from alembic.config import CommandLine
 from alembic.util import CommandError
 
-from dms import migrations
+from dms import migrations, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, progress, run_fleet
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.errors import MigrationError, MigrationFailed
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.report import FleetReport, Outcome
@@ -37,6 +36,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "revision", help="target revision: an id such as 0002, base, or relative: -1"
     )
     downgrade.add_argument("--tenant", help="only this tenant (its key)")
+    downgrade.add_argument(
+        "--yes", action="store_true", help="confirm a downgrade to base, which drops all data"
+    )
     add_jobs_option(downgrade)
     add_json_flag(downgrade)
     downgrade.set_defaults(run=_downgrade)
@@ -60,7 +62,22 @@ def _migrate(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _downgrade(ctx: Context, args: argparse.Namespace) -> int:
+    target = migrations.downgrade_target(ctx.engine, args.revision, tenant=args.tenant)
+    if target is None and not args.yes:
+        tell(f"refusing to downgrade to base without --yes: {_destroyed(ctx, args)}")
+        return EXIT_ERROR
     return _run(ctx, args, "downgrade", args.revision)
+
+
+def _destroyed(ctx: Context, args: argparse.Namespace) -> str:
+    """What a downgrade to base destroys, for the refusal."""
+    if args.tenant is not None:
+        return f"it drops every table of tenant {args.tenant!r} and all its data"
+    count = len(tenancy.list_tenants(ctx.engine))
+    return (
+        f"it drops every table of every tenant ({count}) and all their data, the tenant "
+        "registry and the job queue"
+    )
 
 
 def _run(ctx: Context, args: argparse.Namespace, direction: str, revision: str) -> int:
@@ -119,7 +136,7 @@ def _status(ctx: Context, args: argparse.Namespace) -> int:
         try:
             status = migrations.fleet_status(ctx.engine, progress=progress("status"))
         except KeyboardInterrupt:
-            print("interrupted; nothing was changed: run dms status again", file=sys.stderr)
+            tell("interrupted; nothing was changed: run dms status again", level=logging.WARNING)
             return signals.exit_status
     if args.json:
         emit_json(status.as_json())

@@ -15,14 +15,13 @@ of the subcommands' names is searched when quoted as a phrase (``'"reindex"'``).
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from dms import indexing, tenancy
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Context
 from dms.cli.fleet import add_jobs_option, print_problems, progress, run_fleet
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.domain import Cursor, DocumentQuery, Page
 from dms.domain.model import Document
 from dms.fleet.report import FleetReport
@@ -70,7 +69,7 @@ def _search(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _usage(message: str) -> int:
-    print(f"dms search: error: {message}", file=sys.stderr)
+    tell(f"dms search: error: {message}")
     return EXIT_USAGE
 
 

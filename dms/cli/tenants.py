@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from dms import placement, provisioning, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, print_problems, progress, read_names, run_fleet
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.fleet.report import FleetReport, Outcome
 
 _NAMES_HELP = "tenant keys: 1 to 40 characters a-z, 0-9 and _, starting with a letter"
@@ -67,7 +66,7 @@ def _names(args: argparse.Namespace) -> list[str] | None:
     names = read_names(args.slugs, args.file)
     if names:
         return names
-    print("error: give tenant names, or --file FILE (- for standard input)", file=sys.stderr)
+    tell("error: give tenant names, or --file FILE (- for standard input)")
     return None
 
 
@@ -113,14 +112,14 @@ def _created_line(report: FleetReport) -> str:
 
 def _drop(ctx: Context, args: argparse.Namespace) -> int:
     if args.all and (args.slugs or args.file):
-        print("error: give tenant names or --all, not both", file=sys.stderr)
+        tell("error: give tenant names or --all, not both")
         return EXIT_ERROR
     names = [t.slug for t in tenancy.list_tenants(ctx.engine)] if args.all else _names(args)
     if names is None:
         return EXIT_ERROR
     if not args.yes:
         what = "every tenant" if args.all else _named(names)
-        print(f"refusing to drop {what} and all {_its(names)} data without --yes", file=sys.stderr)
+        tell(f"refusing to drop {what} and all {_its(names)} data without --yes")
         return EXIT_ERROR
     outcome = run_fleet(
         ctx,

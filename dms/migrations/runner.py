@@ -106,6 +106,17 @@ def downgrade(
     return _Run(engine, "downgrade", tenant, jobs, progress, scripts).run(revision)
 
 
+def downgrade_target(
+    engine: Engine, revision: str, *, tenant: str | None = None, scripts: Scripts | None = None
+) -> str | None:
+    """The absolute revision that :func:`downgrade` to ``revision`` would reach (``None``: base).
+
+    Resolved and refused exactly as :func:`downgrade` resolves and refuses it, without moving
+    anything: for a command that asks before it destroys data.
+    """
+    return _Run(engine, "downgrade", tenant, None, None, scripts).target(revision)
+
+
 def default_jobs(engine: Engine, tenants: int) -> int:
     """Worker processes for ``tenants`` tenants when the caller did not say.
 
@@ -247,14 +258,9 @@ class _Run:
     scripts: Scripts | None
 
     def run(self, revision: str) -> FleetReport:
-        if not check_text("revision", revision).strip():
-            raise ValidationError(f"revision must not be blank, not {revision!r}")
-        check_jobs(self.jobs)
-        if self.tenant is not None:
-            tenancy.validate_slug(self.tenant)
-        scripts = self.scripts or Scripts.default()
+        target = self.target(revision)
         settings = settings_of(self.engine)
-        target = self._resolve(scripts, settings, revision)
+        scripts = self.scripts or Scripts.default()
         migration = TenantMigration(direction=self.direction, target=target, scripts=scripts)
         shared = None
         if self.tenant is None and self.direction == "upgrade":
@@ -273,10 +279,16 @@ class _Run:
         except KeyboardInterrupt:
             raise FleetInterrupted(replace(report, stopped=INTERRUPTED)) from None
 
-    def _resolve(self, scripts: Scripts, settings: Settings, revision: str) -> str | None:
-        """Check the users table and the tenant; the absolute target, before anything runs."""
+    def target(self, revision: str) -> str | None:
+        """The absolute target of ``revision``, the arguments, users table and tenant checked."""
+        if not check_text("revision", revision).strip():
+            raise ValidationError(f"revision must not be blank, not {revision!r}")
+        check_jobs(self.jobs)
+        if self.tenant is not None:
+            tenancy.validate_slug(self.tenant)
+        scripts = self.scripts or Scripts.default()
         with self.engine.connect() as conn:
-            require_users_table(conn, settings)
+            require_users_table(conn, settings_of(self.engine))
             if self.tenant is None:
                 anchor = SHARED_SCHEMA
             else:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -103,3 +105,46 @@ def test_import_killed_mid_batch_resumes_and_imports_nothing_twice(
     assert len(revision_ids) == len(set(revision_ids)) == len(expected)
     states = run_verifications(engine, tenant, store)
     assert (states[JobState.DONE], states[JobState.DEAD]) == (len(expected), 0)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_import_stopped_by_a_signal_says_how_far_it_got_in_one_line(
+    engine: Engine, tenant: str, user_id: uuid.UUID, tmp_path: Path, signum: int
+) -> None:
+    source, blobs = tmp_path / "share", tmp_path / "blobs"
+    _make_files(source, 400)
+    total = len(source_files(source))
+    url = engine.url.render_as_string(hide_password=False)
+    command = ["import", str(source), "--tenant", tenant, "--user", str(user_id)]
+    command += ["--blobs", str(blobs), "--batch-size", "2"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dms", "--database-url", url, *command],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # The first committed batch: the command is inside the import, its handlers installed.
+    deadline = time.monotonic() + 60
+    while _documents(engine, tenant) == 0 and child.poll() is None:
+        assert time.monotonic() < deadline, "the import never committed a batch"
+        time.sleep(0.01)
+    child.send_signal(signum)
+    out, err = child.communicate(timeout=60)
+    stopped_at = _documents(engine, tenant)
+    resumed = main(["--database-url", url, *command])
+
+    line = re.fullmatch(
+        rf"interrupted after (\d+) of {total} files: run the same dms import again to resume "
+        r"\(nothing is imported twice\)\n",
+        err,
+    )
+    assert child.returncode == 128 + signum, err  # 130 after Ctrl-C, 143 after SIGTERM
+    assert out == ""
+    assert line is not None, err
+    # What was committed, give or take the batch whose commit the signal followed.
+    assert stopped_at - 2 <= int(line.group(1)) <= stopped_at
+    assert 0 < stopped_at < total
+    assert resumed == 0
+    assert _documents(engine, tenant) == total

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 import uuid
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from dms import jobs, migrations, provisioning
-from dms.cli import build_parser, main
+from dms.cli import EXIT_CLOSED_PIPE, build_parser, main
 from dms.users import create_users_stand_in
 
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
@@ -167,6 +168,30 @@ def test_json_log_lines(unmigrated_url: str) -> None:
     assert {"time", "level", "logger", "message"} <= set(lines[0])
 
 
+def test_error_lines_are_json_lines_when_asked(unmigrated_url: str) -> None:
+    def run(*log_format: str) -> subprocess.CompletedProcess[str]:
+        command = ["--database-url", unmigrated_url, *log_format, "tenants", "list"]
+        return subprocess.run(
+            [sys.executable, "-m", "dms", *command],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    plain, as_json = run(), run("--log-format", "json")
+    lines = [json.loads(line) for line in as_json.stderr.splitlines()]
+
+    assert (plain.returncode, plain.stderr) == (1, NOT_MIGRATED + "\n")
+    assert as_json.returncode == 1
+    assert len(lines) == 1
+    assert (lines[0]["level"], lines[0]["logger"], lines[0]["message"]) == (
+        "ERROR",
+        "dms.cli.operator",
+        NOT_MIGRATED,
+    )
+    assert {"time", "level", "logger", "message"} == set(lines[0])
+
+
 def test_jobs_enqueue_once_per_key_and_show(
     database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -259,6 +284,8 @@ def test_jobs_cancel_then_list_by_state(
     as_json = json.loads(capsys.readouterr().out)
     assert main([*listing, "--state", "queued"]) == 0
     none_left = capsys.readouterr().out.splitlines()
+    assert main(listing) == 0
+    every_state = capsys.readouterr().out.splitlines()
 
     assert queued == [f"{job_id}\t{tenant}\t{kind}\tqueued\t0\t", "1 queued job(s) shown"]
     assert cancelled == [f"cancelled job {job_id} (was queued)"]
@@ -266,6 +293,7 @@ def test_jobs_cancel_then_list_by_state(
     assert twice == [f"job {job_id} was already cancelled"]
     assert [(job["id"], job["state"]) for job in as_json] == [(str(job_id), "cancelled")]
     assert none_left == ["0 queued job(s) shown"]
+    assert every_state == [f"{job_id}\t{tenant}\t{kind}\tcancelled\t0\t", "1 job(s) shown"]
 
 
 def test_jobs_cancel_of_a_running_job_says_it_can_no_longer_complete(
@@ -316,7 +344,6 @@ def test_jobs_cancel_of_a_done_or_missing_job_is_one_line_and_exit_1(
             "dms jobs list: error: argument --state: unknown state 'finished' "
             "(one of queued, running, done, dead, cancelled)",
         ),
-        (["list"], "dms jobs list: error: the following arguments are required: --state"),
         (
             ["list", "--state", "dead", "--limit", "0"],
             "dms jobs list: error: argument --limit: must be at least 1, not 0",
@@ -347,3 +374,24 @@ def test_jobs_cancel_on_a_database_before_0005_says_migrate(
 
     assert main(["--database-url", _url(empty_database_url), "jobs", "cancel", str(job_id)]) == 1
     assert capsys.readouterr().err.splitlines() == [NOT_MIGRATED]
+
+
+def test_a_closed_pipe_ends_the_command_quietly(database_url: URL, tenant: str) -> None:
+    _enqueued(database_url, tenant, f"test.cli.{uuid.uuid4().hex[:8]}")
+    # As `dms jobs list | head -1` once head has exited: a pipe nobody reads any more.
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "dms", "--database-url", _url(database_url), "jobs", "list"],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+
+    assert (result.returncode, result.stderr) == (EXIT_CLOSED_PIPE, "")
+    assert EXIT_CLOSED_PIPE == 141

@@ -120,6 +120,36 @@ def test_tenant_option_migrates_one_tenant(fleet: Engine, empty_database_url: UR
     assert fingerprint(fleet, "tenant_bravo") == bravo
 
 
+def test_dms_alembic_passes_every_argument_to_alembic(
+    fleet: Engine, empty_database_url: URL
+) -> None:
+    def dms_alembic(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "dms", "-v", "alembic", *arguments],
+            env=alembic_env(empty_database_url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    down = dms_alembic("-x", "tenant=alpha", "downgrade", "-1")
+    after_down = revisions(fleet, *SCHEMAS)
+    up = dms_alembic("-x", "tenant=alpha", "upgrade", "head")
+    helped = dms_alembic("--help")
+    command_help = dms_alembic("downgrade", "--help")
+
+    assert down.returncode == 0, _output(down)
+    assert after_down == {**dict.fromkeys(SCHEMAS, HEAD), "tenant_alpha": HEAD_SCRIPT.down_revision}
+    assert up.returncode == 0, _output(up)
+    assert revisions(fleet, *SCHEMAS) == dict.fromkeys(SCHEMAS, HEAD)
+    assert helped.returncode == 0, _output(helped)
+    assert helped.stdout.startswith("usage: dms alembic ")
+    assert "-x X" in helped.stdout
+    assert command_help.returncode == 0, _output(command_help)
+    assert "revision" in command_help.stdout
+
+
 @pytest.mark.parametrize(
     ("tenant", "message"),
     [

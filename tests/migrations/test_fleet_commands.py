@@ -111,6 +111,38 @@ def test_a_mistyped_revision_is_one_error_before_anything_runs(at_head: Engine) 
     assert audit.commands() == []
 
 
+def test_a_downgrade_to_base_needs_yes_and_changes_nothing_without_it(
+    at_head: Engine, empty_database_url: URL
+) -> None:
+    provisioning.create_tenants(at_head, ["t_a", "t_b"])
+    schemas = [SHARED_SCHEMA, tenancy.schema_name("t_a"), tenancy.schema_name("t_b")]
+    audit = DdlAudit(at_head)
+    steps = str(len(Scripts.default().chain()))
+
+    base = _dms(empty_database_url, "downgrade", "base")
+    relative = _dms(empty_database_url, "downgrade", f"-{steps}")
+    one = _dms(empty_database_url, "downgrade", "base", "--tenant", "t_a")
+    untouched = revisions(at_head, *schemas)
+    ddl = audit.commands()
+    confirmed = _dms(empty_database_url, "downgrade", "base", "--tenant", "t_a", "--yes")
+
+    fleet = (
+        "refusing to downgrade to base without --yes: it drops every table of every tenant (2) "
+        "and all their data, the tenant registry and the job queue\n"
+    )
+    assert (base.returncode, base.stdout, base.stderr) == (1, "", fleet)
+    assert (relative.returncode, relative.stderr) == (1, fleet)
+    assert (one.returncode, one.stderr) == (
+        1,
+        "refusing to downgrade to base without --yes: it drops every table of tenant 't_a' "
+        "and all its data\n",
+    )
+    assert untouched == dict.fromkeys(schemas, HEAD)
+    assert ddl == []
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert revisions(at_head, *schemas) == {**dict.fromkeys(schemas, HEAD), schemas[1]: None}
+
+
 def test_cli_mistyped_revision_is_one_line(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["t_a", "t_b"])
 

@@ -1,11 +1,12 @@
 """Hostile arguments to the fleet operations: refused with ``ValidationError`` before any SQL.
 
-The fleet functions (``create_tenants``, ``drop_tenants``, ``upgrade``, ``downgrade``,
-``move_tenant``) take, beside tenant names (each refused alone, tested in test_bulk_create.py),
-a list of names, a number of worker processes, a revision and flags. A caller who gets one of
-those wrong must learn it before anything happens: a single string is not a list of names
-(``drop_tenants(engine, "am")`` would otherwise drop tenants ``a`` and ``m``), ``jobs=0`` or
-``"2"`` is not a number of processes, ``None`` or ``""`` is not a revision, ``"no"`` is not false.
+The fleet functions (``create_tenants``, ``drop_tenants``, ``upgrade``, ``downgrade`` and
+``downgrade_target``, ``move_tenant``) take, beside tenant names (each refused alone, tested in
+test_bulk_create.py), a list of names, a number of worker processes, a revision and flags. A
+caller who gets one of those wrong must learn it before anything happens: a single string is
+not a list of names (``drop_tenants(engine, "am")`` would otherwise drop tenants ``a`` and
+``m``), ``jobs=0`` or ``"2"`` is not a number of processes, ``None`` or ``""`` is not a
+revision, ``"no"`` is not false.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ NAME_LISTS: dict[str, Operation] = {
 REVISIONS: dict[str, Operation] = {
     "upgrade": migrations.upgrade,
     "downgrade": migrations.downgrade,
+    "downgrade_target": migrations.downgrade_target,
 }
 FLAGS: dict[str, Operation] = {
     "create_tenants": lambda e, v: provisioning.create_tenants(e, ["fresh"], if_not_exists=v),
