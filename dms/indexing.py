@@ -30,11 +30,11 @@ from sqlalchemy.exc import DBAPIError
 
 from dms import jobs, tenancy
 from dms.errors import FleetInterrupted, FleetStopped, ValidationError
-from dms.fleet.arguments import check_jobs
+from dms.fleet.arguments import Jobs, check_jobs
 from dms.fleet.pool import run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
-from dms.migrations.runner import default_jobs, stopped_message
+from dms.migrations.runner import stopped_message, worker_processes
 from dms.services import extraction_jobs
 from dms.uow import UnitOfWork
 
@@ -87,7 +87,7 @@ def reindex(
     engine: Engine,
     tenants: Sequence[str] | None = None,
     *,
-    jobs: int | None = None,
+    jobs: Jobs = None,
     progress: Progress | None = None,
 ) -> FleetReport:
     """:func:`reindex_tenant` for ``tenants`` (default: every tenant), on ``jobs`` processes.
@@ -101,7 +101,7 @@ def reindex(
     progress = progress or NoProgress()
     progress.begin(len(names))
     try:
-        workers = jobs if jobs is not None else default_jobs(engine, len(names))
+        workers = worker_processes(jobs, engine, len(names))
         result = run_each(
             _reindex_task, None, names, engine=engine, jobs=workers, progress=progress
         )

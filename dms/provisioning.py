@@ -43,18 +43,18 @@ from dms.errors import (
     TenantExists,
     TenantNotFound,
 )
-from dms.fleet.arguments import check_jobs, check_names
+from dms.fleet.arguments import Jobs, check_jobs, check_names
 from dms.fleet.pool import PoolResult, Task, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
 from dms.migrations import registry
-from dms.migrations.environment import require_users_table
-from dms.migrations.runner import default_jobs, stopped_message
+from dms.migrations.runner import stopped_message, worker_processes
 from dms.migrations.scripts import Scripts
 from dms.migrations.template import TenantTemplate, tenant_template
 from dms.migrations.versions import read_versions
 from dms.schema.ddl import execute_ddl
 from dms.tenancy import Tenant
+from dms.users import require_users_table
 
 
 def create_tenant(engine: Engine, slug: str, *, settings: Settings | None = None) -> Tenant:
@@ -133,7 +133,7 @@ def create_tenants(
     engine: Engine,
     slugs: Iterable[str],
     *,
-    jobs: int | None = None,
+    jobs: Jobs = None,
     progress: Progress | None = None,
     if_not_exists: bool = False,
 ) -> FleetReport:
@@ -141,11 +141,12 @@ def create_tenants(
 
     Returns the report: ``created``, or ``invalid`` (refused before any SQL), ``exists`` (or,
     with ``if_not_exists``, ``skipped``: how an interrupted run is finished), or ``failed``
-    (rolled back) for the names that were not. ``jobs``: worker processes (default:
-    :func:`~dms.migrations.default_jobs`). Raises :class:`~dms.errors.ValidationError` before
-    any SQL if ``slugs`` is not an iterable of names (one string is not), ``jobs`` not a
-    positive int or a flag not a bool; :class:`~dms.errors.UsersTableMissing` or
-    :class:`~dms.errors.NotMigrated` before creating any; and
+    (rolled back) for the names that were not. ``jobs``: worker processes (default: this
+    one; :data:`~dms.fleet.AUTO_JOBS`: :func:`~dms.migrations.default_jobs`). Raises
+    :class:`~dms.errors.ValidationError` before any SQL if ``slugs`` is not an iterable of
+    names (one string is not), ``jobs`` not one of those or a flag not a bool;
+    :class:`~dms.errors.UsersTableMissing` or :class:`~dms.errors.NotMigrated` before creating
+    any; and
     :class:`~dms.errors.FleetInterrupted` / :class:`~dms.errors.FleetStopped` with the report
     if the run is stopped.
     """
@@ -175,7 +176,7 @@ def drop_tenants(
     engine: Engine,
     slugs: Iterable[str],
     *,
-    jobs: int | None = None,
+    jobs: Jobs = None,
     progress: Progress | None = None,
     if_exists: bool = False,
 ) -> FleetReport:
@@ -287,11 +288,11 @@ def _dispatch(
     parameters: object,
     plan: list[str],
     *,
-    jobs: int | None,
+    jobs: Jobs,
     progress: Progress | None,
 ) -> PoolResult:
     progress = progress or NoProgress()
-    jobs = jobs if jobs is not None else default_jobs(engine, len(plan))
+    jobs = worker_processes(jobs, engine, len(plan))
     progress.begin(len(plan))
     try:
         return run_each(task, parameters, plan, engine=engine, jobs=jobs, progress=progress)

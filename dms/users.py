@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
@@ -21,7 +22,7 @@ from sqlalchemy.schema import CreateSchema
 from dms import citus
 from dms.config import Settings, settings_of
 from dms.domain.validation import check_text
-from dms.errors import ValidationError
+from dms.errors import UsersTableMissing, ValidationError
 from dms.schema.naming import NAMING_CONVENTION
 
 
@@ -52,6 +53,16 @@ def users_table_exists(conn: Connection, settings: Settings | None = None) -> bo
     return conn.scalar(sa.select(sa.func.to_regclass(qualified).is_not(None))) is True
 
 
+def require_users_table(conn: Connection, settings: Settings | None = None) -> None:
+    """Raise :class:`UsersTableMissing`, naming the table and the way out, if it is absent."""
+    settings = settings or settings_of(conn)
+    if not users_table_exists(conn, settings):
+        raise UsersTableMissing(
+            f'table "{settings.users_schema}.users" does not exist. It belongs to the IAM '
+            "service; for development create a stand-in with: dms users stand-in"
+        )
+
+
 def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> bool:
     """Create the development stand-in ``users`` table unless a ``users`` table exists.
 
@@ -72,6 +83,30 @@ def create_users_stand_in(engine: Engine, settings: Settings | None = None) -> b
         # On Citus, every node holds it: each node's tenant tables reference it.
         citus.make_reference_table(conn, settings.users_schema, "users")
     return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandInUser:
+    """A user of the development stand-in ``users`` table."""
+
+    id: uuid.UUID
+    email: str
+    display_name: str
+
+
+def list_users(conn: Connection, *, settings: Settings | None = None) -> list[StandInUser]:
+    """The users of the development stand-in, by e-mail. Development only.
+
+    Raises :class:`~dms.errors.UsersTableMissing` if there is no ``users`` table.
+    ``settings`` default to ``conn``'s.
+    """
+    settings = settings if settings is not None else settings_of(conn)
+    require_users_table(conn, settings)
+    users = users_stand_in(settings.users_schema)
+    rows = conn.execute(
+        sa.select(users.c.id, users.c.email, users.c.display_name).order_by(users.c.email)
+    )
+    return [StandInUser(id=row.id, email=row.email, display_name=row.display_name) for row in rows]
 
 
 def create_user(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -34,6 +35,17 @@ class Context:
         """The engine of ``--database-url``, else ``DMS_DATABASE_URL``, else the embedded server."""
         if self._engine is None:
             self._engine = create_engine(self.database_url, settings=self.settings)
+        return self._engine
+
+    def engine_with(self, **options: Any) -> Engine:
+        """The engine, created with ``options`` for :func:`sqlalchemy.create_engine`.
+
+        For a command that needs a pool of its own shape (``dms worker``); it must be the
+        command's first use of the engine.
+        """
+        if self._engine is not None:
+            raise RuntimeError("the engine was created already: ask for its options first")
+        self._engine = create_engine(self.database_url, settings=self.settings, **options)
         return self._engine
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Development commands: ``dms users stand-in``, ``dms seed``, ``dms demo``, ``dms server``."""
+"""Development commands: ``dms users stand-in|create|list``, ``seed``, ``demo``, ``server``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 
 from dms import embedded
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.output import tell
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.seed import DEMO_TIMEOUT_SECONDS, run_demo, seed
-from dms.users import create_users_stand_in
+from dms.users import create_user, create_users_stand_in, list_users, require_users_table
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,6 +18,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     users_commands.add_parser(
         "stand-in", help="create a development stand-in users table"
     ).set_defaults(run=_users_stand_in)
+    create = users_commands.add_parser(
+        "create", help="add a user to the stand-in (or find one by e-mail) and print its id"
+    )
+    create.add_argument("email", help="the user's e-mail, unique")
+    create.add_argument("--name", help="display name (default: the e-mail)")
+    add_json_flag(create)
+    create.set_defaults(run=_users_create)
+    listing = users_commands.add_parser("list", help="the stand-in's users, by e-mail")
+    add_json_flag(listing)
+    listing.set_defaults(run=_users_list)
     commands.add_parser("seed", help="fill the database with development data").set_defaults(
         run=_seed
     )
@@ -42,6 +52,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _users_stand_in(ctx: Context, args: argparse.Namespace) -> int:
     created = create_users_stand_in(ctx.engine, ctx.settings)
     print("created the users stand-in" if created else "a users table already exists")
+    return EXIT_OK
+
+
+def _users_create(ctx: Context, args: argparse.Namespace) -> int:
+    name = args.email if args.name is None else args.name
+    with ctx.engine.begin() as conn:
+        require_users_table(conn, ctx.settings)
+        user_id = create_user(conn, email=args.email, display_name=name, settings=ctx.settings)
+    if args.json:
+        emit_json({"id": user_id, "email": args.email})
+    else:
+        print(user_id)
+    return EXIT_OK
+
+
+def _users_list(ctx: Context, args: argparse.Namespace) -> int:
+    with ctx.engine.connect() as conn:
+        users = list_users(conn, settings=ctx.settings)
+    if args.json:
+        emit_json({"users": users})
+        return EXIT_OK
+    for user in users:
+        print(f"{user.id}\t{user.email}\t{user.display_name}")
+    print(f"{len(users)} user(s)")
     return EXIT_OK
 
 

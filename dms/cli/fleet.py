@@ -21,6 +21,7 @@ from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import emit_json, tell
 from dms.errors import FleetInterrupted, FleetStopped, ValidationError
+from dms.fleet.arguments import AUTO_JOBS, Jobs
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.progress import Progress, progress_for
 from dms.fleet.report import FleetReport
@@ -37,6 +38,11 @@ def add_jobs_option(parser: argparse.ArgumentParser) -> None:
         help="worker processes, each with its own connection (default: 1 below 32 tenants, "
         "else the CPUs here, at most 8 and half the server's free connections)",
     )
+
+
+def jobs_of(args: argparse.Namespace) -> Jobs:
+    """The processes of ``--jobs``; without it, as many as the number of tenants calls for."""
+    return AUTO_JOBS if args.jobs is None else int(args.jobs)
 
 
 def progress(label: str) -> Progress:

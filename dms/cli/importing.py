@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
+from dms.cli.folders import resolve_folder
 from dms.cli.output import add_json_flag, emit_json, tell
-from dms.errors import NotFound, ValidationError
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.importing import ImportProgress, ImportReport, NamePolicy, import_tree
 from dms.importing.importer import DEFAULT_BATCH_FILES
@@ -101,24 +101,8 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
 
 def _resolve_into(ctx: Context, tenant: str, into: str | None) -> uuid.UUID | None:
     """The folder of ``--into``: an id, or a path of names from the top level (ignoring case)."""
-    if into is None:
-        return None
-    try:
-        return uuid.UUID(into)
-    except ValueError:
-        pass
-    names = [name for name in into.split("/") if name]
-    if not names:
-        raise ValidationError(f"--into {into!r} names no folder")
-    folder_id: uuid.UUID | None = None
     with UnitOfWork(ctx.engine, tenant=tenant, settings=ctx.settings) as uow:
-        for name in names:
-            children = {child.name.lower(): child.id for child in uow.folders.children(folder_id)}
-            found = children.get(name.lower())
-            if found is None:
-                raise NotFound(f"no folder {name!r} on the path {into!r} of tenant {tenant}")
-            folder_id = found
-    return folder_id
+        return resolve_folder(uow, into)
 
 
 def _print(report: ImportReport, *, as_json: bool) -> None:

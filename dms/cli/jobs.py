@@ -9,7 +9,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, tenancy
 from dms.cli.arguments import duration, job_state, json_value, moment, port, positive
@@ -123,13 +123,24 @@ def _require_tenant(conn: Connection, tenant: str | None) -> None:
         tenancy.get_tenant(conn, tenant)
 
 
+#: Connections a Worker holds beside its runners' (docs/jobs.md, "Running workers in
+#: production"): two claimers, the completer, the renewer, one settling.
+WORKER_EXTRA_CONNECTIONS = 5
+
+
+def worker_engine(ctx: Context, concurrency: int) -> Engine:
+    """The engine of ``dms worker``: a connection per thread, dead connections replaced."""
+    return ctx.engine_with(pool_size=concurrency + WORKER_EXTRA_CONNECTIONS, pool_pre_ping=True)
+
+
 def _worker(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.engine.connect() as conn:
+    engine = worker_engine(ctx, args.concurrency)
+    with engine.connect() as conn:
         # Without its table a worker would retry its claims forever.
         require_migrated(conn)
     blobs = LocalBlobStore(Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs")
     worker = Worker(
-        ctx.engine,
+        engine,
         handlers(blobs),
         concurrency=args.concurrency,
         kinds=args.kinds or None,
@@ -138,7 +149,7 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         metrics = metrics_module()
         collector = metrics.WorkerCollector(worker.name, worker.stats)
-        metrics.serve(ctx.engine, args.metrics_port, worker=collector)
+        metrics.serve(engine, args.metrics_port, worker=collector)
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
     # Everything this process needs is loaded: keep the collector's full passes off those
     # objects (docs/jobs.md, "Running workers in production").

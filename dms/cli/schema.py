@@ -10,7 +10,7 @@ from alembic.util import CommandError
 
 from dms import migrations, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.fleet import add_jobs_option, progress, run_fleet
+from dms.cli.fleet import add_jobs_option, jobs_of, progress, run_fleet
 from dms.cli.output import add_json_flag, emit_json, tell
 from dms.errors import MigrationError, MigrationFailed
 from dms.fleet.interrupts import sigterm_as_interrupt
@@ -89,7 +89,7 @@ def _run(ctx: Context, args: argparse.Namespace, direction: str, revision: str) 
                 ctx.engine,
                 revision,
                 tenant=args.tenant,
-                jobs=args.jobs,
+                jobs=jobs_of(args),
                 progress=progress("migrate" if direction == "upgrade" else "downgrade"),
             ),
             lambda report: _again(args, direction, report),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dms import indexing, tenancy
 from dms.cli.arguments import positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Context
-from dms.cli.fleet import add_jobs_option, print_problems, progress, run_fleet
+from dms.cli.fleet import add_jobs_option, jobs_of, print_problems, progress, run_fleet
 from dms.cli.output import add_json_flag, emit_json, tell
 from dms.domain import Cursor, DocumentQuery, Page
 from dms.domain.model import Document
@@ -150,7 +150,9 @@ def _reindex(ctx: Context, args: argparse.Namespace) -> int:
     again = ["search", "reindex", *([] if args.tenant is None else ["--tenant", args.tenant])]
     outcome = run_fleet(
         ctx,
-        lambda: indexing.reindex(ctx.engine, tenants, jobs=args.jobs, progress=progress("reindex")),
+        lambda: indexing.reindex(
+            ctx.engine, tenants, jobs=jobs_of(args), progress=progress("reindex")
+        ),
         lambda _report: again,
         as_json=args.json,
     )

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from dms import placement, provisioning, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.fleet import add_jobs_option, print_problems, progress, read_names, run_fleet
+from dms.cli.fleet import add_jobs_option, jobs_of, print_problems, progress, read_names, run_fleet
 from dms.cli.output import add_json_flag, emit_json, tell
 from dms.fleet.report import FleetReport, Outcome
 
@@ -91,7 +91,7 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
         lambda: provisioning.create_tenants(
             ctx.engine,
             names,
-            jobs=args.jobs,
+            jobs=jobs_of(args),
             progress=progress("create"),
             if_not_exists=args.if_not_exists,
         ),
@@ -126,7 +126,7 @@ def _drop(ctx: Context, args: argparse.Namespace) -> int:
         lambda: provisioning.drop_tenants(
             ctx.engine,
             names,
-            jobs=args.jobs,
+            jobs=jobs_of(args),
             progress=progress("drop"),
             if_exists=args.if_exists,
         ),

@@ -6,12 +6,15 @@ cleanly, :mod:`dms.fleet.progress` shows a bar or log lines, :mod:`dms.fleet.rep
 what each tenant ended as.
 """
 
+from dms.fleet.arguments import AUTO_JOBS, Jobs
 from dms.fleet.progress import BarProgress, LogProgress, NoProgress, Progress, progress_for
 from dms.fleet.report import FleetReport, Outcome, TenantReport
 
 __all__ = [
+    "AUTO_JOBS",
     "BarProgress",
     "FleetReport",
+    "Jobs",
     "LogProgress",
     "NoProgress",
     "Outcome",

@@ -23,11 +23,12 @@ one connection), :mod:`.runner` (the fleet), :mod:`.alembic_env` (``alembic/env.
 """
 
 from dms.migrations.alembic_env import run_from_alembic
-from dms.migrations.environment import migrate_schema, require_users_table
+from dms.migrations.environment import migrate_schema
 from dms.migrations.runner import default_jobs, downgrade, downgrade_target, upgrade
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts, alembic_config, head_revision, script_location
 from dms.migrations.versions import FleetStatus, SchemaStatus, fleet_status, read_versions
+from dms.users import require_users_table
 
 __all__ = [
     "FleetStatus",

@@ -26,6 +26,7 @@ from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA, settings_of
 from dms.db import create_engine
 from dms.errors import DmsError, FleetInterrupted, MigrationFailed, TenantNotFound
+from dms.fleet.arguments import AUTO_JOBS, Jobs
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.progress import progress_for
 from dms.fleet.report import FleetReport
@@ -34,11 +35,11 @@ from dms.migrations.environment import (
     advisory_lock,
     configure,
     declared_metadata,
-    require_users_table,
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
 from dms.migrations.versions import registered_schemas
+from dms.users import require_users_table
 
 
 def run_from_alembic(context: EnvironmentContext) -> None:
@@ -90,14 +91,20 @@ def _run_fleet(context: EnvironmentContext, engine: Engine) -> None:
     command = _command(context)
     if command in ("upgrade", "downgrade"):
         revision = str(context.get_revision_argument() or "base")
-        _migrate(context, engine, command, revision, tenant=tenant, jobs=_jobs(options.get("jobs")))
+        jobs = _jobs(options.get("jobs"), command_line=context.config.cmd_opts is not None)
+        _migrate(context, engine, command, revision, tenant=tenant, jobs=jobs)
     else:
         _each_schema(context, engine, tenant)
 
 
-def _jobs(text: str | None) -> int | None:
+def _jobs(text: str | None, *, command_line: bool) -> Jobs:
+    """``-x jobs=N``; else as many as needed from alembic's command line, one from its API.
+
+    Alembic's command line has the main guard that spawned processes need; a script calling
+    ``alembic.command`` may not.
+    """
     if text is None:
-        return None
+        return AUTO_JOBS if command_line else None
     if not text.isdigit() or int(text) < 1:
         raise CommandError(f"-x jobs={text}: give a number of worker processes, at least 1")
     return int(text)
@@ -110,7 +117,7 @@ def _migrate(
     revision: str,
     *,
     tenant: str | None,
-    jobs: int | None,
+    jobs: Jobs,
 ) -> None:
     migrate = runner.upgrade if command == "upgrade" else runner.downgrade
     if logging.getLogger("dms.fleet").level == logging.NOTSET:

@@ -21,29 +21,17 @@ from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 
 from dms import citus
-from dms.config import Settings, settings_of
-from dms.errors import MigrationError, UsersTableMissing
+from dms.errors import MigrationError
 from dms.jobs import tables as _job_tables  # noqa: F401 -- puts the job tables on shared.metadata
 from dms.migrations.registry import RevisionCopy
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import VERSION_TABLE, Scripts
 from dms.schema import shared, tenant
-from dms.users import users_table_exists
 
 #: Held by every use of Alembic's process-global environment in this process.
 ALEMBIC_LOCK = threading.RLock()
 
 Direction = Literal["upgrade", "downgrade"]
-
-
-def require_users_table(conn: Connection, settings: Settings | None = None) -> None:
-    """Raise :class:`UsersTableMissing`, naming the table and the way out, if it is absent."""
-    settings = settings or settings_of(conn)
-    if not users_table_exists(conn, settings):
-        raise UsersTableMissing(
-            f'table "{settings.users_schema}.users" does not exist. It belongs to the IAM '
-            "service; for development create a stand-in with: dms users stand-in"
-        )
 
 
 def advisory_lock(conn: Connection, schema: str) -> None:

@@ -40,7 +40,7 @@ from dms.errors import (
     TenantNotFound,
     ValidationError,
 )
-from dms.fleet.arguments import check_jobs
+from dms.fleet.arguments import AUTO_JOBS, Jobs, check_jobs
 from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
@@ -49,7 +49,6 @@ from dms.migrations.environment import (
     Direction,
     advisory_lock,
     migrate_schema,
-    require_users_table,
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
@@ -59,6 +58,7 @@ from dms.migrations.versions import (
     registered_schemas,
     tenant_revisions,
 )
+from dms.users import require_users_table
 
 #: Below this many tenants to migrate, the default is this process alone: starting worker
 #: processes (about a second) would cost more than it saves.
@@ -73,13 +73,14 @@ def upgrade(
     revision: str = "head",
     *,
     tenant: str | None = None,
-    jobs: int | None = None,
+    jobs: Jobs = None,
     progress: Progress | None = None,
     scripts: Scripts | None = None,
 ) -> FleetReport:
     """Upgrade the shared schema, then every tenant (or only ``tenant``), to ``revision``.
 
-    ``jobs``: worker processes (default: :func:`default_jobs`). Raises
+    ``jobs``: worker processes (default: this one; :data:`~dms.fleet.AUTO_JOBS`:
+    :func:`default_jobs`). Raises
     :class:`~dms.errors.ValidationError` before any SQL if ``revision`` is not text or is
     blank, or ``jobs`` not a positive int, :class:`~dms.errors.MigrationError` for a revision
     the scripts do not have or on the wrong side of the current one,
@@ -95,7 +96,7 @@ def downgrade(
     revision: str,
     *,
     tenant: str | None = None,
-    jobs: int | None = None,
+    jobs: Jobs = None,
     progress: Progress | None = None,
     scripts: Scripts | None = None,
 ) -> FleetReport:
@@ -115,6 +116,13 @@ def downgrade_target(
     anything: for a command that asks before it destroys data.
     """
     return _Run(engine, "downgrade", tenant, None, None, scripts).target(revision)
+
+
+def worker_processes(jobs: Jobs, engine: Engine, tenants: int) -> int:
+    """The worker processes of a fleet operation over ``tenants`` tenants called with ``jobs``."""
+    if jobs == AUTO_JOBS:
+        return default_jobs(engine, tenants)
+    return 1 if jobs is None else jobs
 
 
 def default_jobs(engine: Engine, tenants: int) -> int:
@@ -253,7 +261,7 @@ class _Run:
     engine: Engine
     direction: Direction
     tenant: str | None
-    jobs: int | None
+    jobs: Jobs
     progress: Progress | None
     scripts: Scripts | None
 
@@ -360,7 +368,7 @@ class _Run:
 
     def _dispatch(self, migration: TenantMigration, plan: list[str]) -> PoolResult:
         progress = self.progress or NoProgress()
-        jobs = self.jobs if self.jobs is not None else default_jobs(self.engine, len(plan))
+        jobs = worker_processes(self.jobs, self.engine, len(plan))
         progress.begin(len(plan))
         try:
             return run_each(

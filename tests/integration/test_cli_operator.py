@@ -13,9 +13,13 @@ import uuid
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
+from sqlalchemy.pool import QueuePool
 
 from dms import jobs, migrations, provisioning
 from dms.cli import EXIT_CLOSED_PIPE, build_parser, main
+from dms.cli.context import Context
+from dms.cli.jobs import WORKER_EXTRA_CONNECTIONS, worker_engine
+from dms.config import Settings
 from dms.users import create_users_stand_in
 
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
@@ -395,3 +399,17 @@ def test_a_closed_pipe_ends_the_command_quietly(database_url: URL, tenant: str) 
 
     assert (result.returncode, result.stderr) == (EXIT_CLOSED_PIPE, "")
     assert EXIT_CLOSED_PIPE == 141
+
+
+def test_dms_worker_sizes_its_pool_for_its_threads(database_url: URL) -> None:
+    ctx = Context(settings=Settings.from_env(), database_url=_url(database_url))
+    try:
+        engine = worker_engine(ctx, 7)
+
+        assert isinstance(engine.pool, QueuePool)
+        assert engine.pool.size() == 7 + WORKER_EXTRA_CONNECTIONS == 12
+        assert engine.pool._pre_ping  # where SQLAlchemy keeps pool_pre_ping
+        with pytest.raises(RuntimeError):
+            ctx.engine_with(pool_size=1)
+    finally:
+        ctx.close()

@@ -297,3 +297,33 @@ def test_cli_a_line_of_a_names_file_that_is_not_utf8_fails_alone(
     assert done.returncode == 1
     assert done.stderr.startswith("error: invalid tenant name '\\udcff\\udcfe'")
     assert [t.slug for t in tenancy.list_tenants(at_head)] == ["u_one", "u_two"]
+
+
+def test_a_script_without_a_main_guard_creates_and_migrates_many_tenants(
+    db: Engine, empty_database_url: URL, tmp_path: Path
+) -> None:
+    migrations.upgrade(db)
+    script = tmp_path / "bulk.py"
+    # No `if __name__ == "__main__":`: a spawned worker process would run all of it again.
+    script.write_text(
+        "import sys\n"
+        "import sqlalchemy as sa\n"
+        "import dms\n"
+        "engine = sa.create_engine(sys.argv[1])\n"
+        "print(dms.create_tenants(engine, [f'g{n:02}' for n in range(40)]).summary())\n"
+        "print(dms.upgrade(engine).summary())\n",
+        encoding="utf-8",
+    )
+
+    result = subprocess.run(
+        [sys.executable, str(script), empty_database_url.render_as_string(hide_password=False)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["{'created': 40}", "{'skipped': 40}"]
+    assert len(tenancy.list_tenants(db)) == 40
