@@ -40,6 +40,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
@@ -52,6 +53,8 @@ from dms.uow import UnitOfWork
 
 #: Blobs released per transaction by :func:`release_blobs` when sweeping.
 RELEASE_BATCH = 1000
+#: Documents purged per transaction by :func:`purge_trash`.
+PURGE_BATCH = 500
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +158,43 @@ def purge_document(uow: UnitOfWork, document_id: uuid.UUID) -> list[str]:
     keys = sorted({revision.storage_key for revision in uow.revisions.history(document_id)})
     uow.documents.purge(document_id)
     return keys
+
+
+@dataclass(frozen=True, kw_only=True)
+class PurgedTrash:
+    """What :func:`purge_trash` did: documents deleted for good, blobs whose files went."""
+
+    documents: int
+    blobs_released: int
+
+
+def purge_trash(
+    engine: Engine,
+    *,
+    tenant: str,
+    store: LocalBlobStore,
+    deleted_before: datetime,
+    settings: Settings | None = None,
+) -> PurgedTrash:
+    """Purge every document of ``tenant`` that went to the trash before ``deleted_before``.
+
+    In transactions of :data:`PURGE_BATCH` documents, each followed by the release of the
+    blobs that no revision references any more (:func:`release_blobs`). Stopped anywhere, what
+    was purged stays purged and the next call goes on; a blob whose release did not run is
+    found by a sweep (``release_blobs`` without keys).
+    """
+    purged = released = 0
+    while True:
+        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+            batch = uow.documents.trash(limit=PURGE_BATCH, deleted_before=deleted_before)
+            keys = sorted({key for doc in batch for key in purge_document(uow, doc.id)})
+            uow.commit()
+        if not batch:
+            return PurgedTrash(documents=purged, blobs_released=released)
+        purged += len(batch)
+        released += len(
+            release_blobs(engine, tenant=tenant, store=store, storage_keys=keys, settings=settings)
+        )
 
 
 def release_blobs(

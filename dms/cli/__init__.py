@@ -19,7 +19,18 @@ import psycopg
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms import logs
-from dms.cli import check, dev, folders, health, importing, jobs, schema, search, tenants
+from dms.cli import (
+    check,
+    dev,
+    folders,
+    health,
+    importing,
+    jobs,
+    schema,
+    search,
+    tenants,
+    trash,
+)
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import tell
 from dms.config import Settings
@@ -77,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain lines or one JSON object per line (default: DMS_LOG_FORMAT, else plain)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (tenants, schema, check, health, dev, folders, jobs, importing, search):
+    for group in (tenants, schema, check, health, dev, folders, trash, jobs, importing, search):
         group.register(commands)
     return parser
 

@@ -30,6 +30,7 @@ from dms.domain.validation import (
     check_optional_id,
     check_timestamp,
     check_version,
+    shown,
 )
 from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound, ValidationError
 from dms.schema import tenant as t
@@ -165,6 +166,34 @@ class DocumentRepository(Repository):
             ).one_or_none()
         if deleted is None:
             raise NotFound(f"document {document_id} does not exist")
+
+    def trash(
+        self,
+        *,
+        limit: int = 50,
+        after: Document | None = None,
+        deleted_before: datetime | None = None,
+    ) -> list[Document]:
+        """The documents in the trash, most recently deleted first, at most ``limit``.
+
+        ``after``: the last document of the previous page (its deletion time and id are the
+        keyset). ``deleted_before``: only documents deleted before that time.
+        """
+        check_page_size(limit)
+        found: list[sa.ColumnElement[bool]] = [_d.c.deleted_at.is_not(None)]
+        if after is not None:
+            if not isinstance(after, Document) or after.deleted_at is None:
+                raise ValidationError(f"after must be a document in the trash, not {shown(after)}")
+            found.append(sa.tuple_(_d.c.deleted_at, _d.c.id) < (after.deleted_at, after.id))
+        if deleted_before is not None:
+            found.append(_d.c.deleted_at < check_timestamp("deleted_before", deleted_before))
+        rows = self._execute(
+            sa.select(*COLUMNS)
+            .where(*found)
+            .order_by(_d.c.deleted_at.desc(), _d.c.id.desc())
+            .limit(limit)
+        )
+        return [document(row) for row in rows]
 
     def set_current_revision(self, document_id: uuid.UUID, revision_id: uuid.UUID) -> Document:
         """Point the document at ``revision_id`` (one of its own) and bump its version.

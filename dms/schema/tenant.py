@@ -167,6 +167,14 @@ documents = sa.Table(
 sa.Index("ix_documents_folder_id", documents.c.folder_id)
 sa.Index("ix_documents_created_by", documents.c.created_by)
 sa.Index("ix_documents_current_revision_id", documents.c.current_revision_id)
+# The trash, read backwards for newest first (migration 0011): the few deleted documents, not
+# the many live ones.
+sa.Index(
+    "ix_documents_trash",
+    documents.c.deleted_at,
+    documents.c.id,
+    postgresql_where=documents.c.deleted_at.is_not(None),
+)
 sa.Index(
     "uq_documents_folder_title",
     documents.c.folder_id,

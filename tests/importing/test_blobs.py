@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,18 +17,22 @@ from dms.blobs import (
     blobs_of,
     claim_contents,
     purge_document,
+    purge_trash,
     release_blobs,
     store_contents,
     write_ahead,
     write_contents,
 )
+from dms.cli import main
 from dms.domain import NewRevision
-from dms.errors import InvariantViolation
-from dms.services import add_revision, create_document
+from dms.errors import InvariantViolation, NotFound
+from dms.services import add_revision, create_document, delete_folder
 from dms.storage import Content, LocalBlobStore, content_key
 from dms.testing.blocking import row_lock_waits
 from dms.uow import UnitOfWork
 from tests.importing.conftest import digest
+
+Capture = pytest.CaptureFixture[str]
 
 
 def _content(data: bytes) -> Content:
@@ -225,3 +231,107 @@ def test_writing_ahead_leaves_staged_contents_and_stored_blobs_alone(
     assert staged.staged is not None
     assert staged.staged.exists()
     assert not store.exists(content_key(tenant, staged.sha256))
+
+
+def _trash(engine: Engine, tenant: str, *document_ids: uuid.UUID) -> None:
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        for document_id in document_ids:
+            document = uow.documents.get(document_id)
+            uow.documents.soft_delete(document_id, version=document.version)
+        uow.commit()
+
+
+def test_the_trash_pages_newest_first_and_never_skips_or_repeats(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        folder = uow.folders.add(name="Old")
+        in_folder = [create_document(uow, title=f"f{n}", folder_id=folder.id).id for n in range(5)]
+        alone = [create_document(uow, title=f"a{n}").id for n in range(3)]
+        kept = create_document(uow, title="kept").id
+        uow.commit()
+    _trash(engine, tenant, alone[0])
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        delete_folder(uow, folder.id)  # five documents, one timestamp
+        uow.commit()
+    _trash(engine, tenant, alone[1], alone[2])
+
+    pages: list[list[uuid.UUID]] = []
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        after = None
+        while page := uow.documents.trash(limit=2, after=after):
+            pages.append([document.id for document in page])
+            after = page[-1]
+        everything = uow.documents.trash(limit=100)
+        before_folder = uow.documents.trash(deleted_before=everything[-1].deleted_at)
+        cutoff = uow.documents.trash(deleted_before=everything[2].deleted_at)
+
+    seen = [document_id for page in pages for document_id in page]
+    assert seen == [document.id for document in everything]
+    assert len(seen) == len(set(seen)) == 8
+    assert kept not in seen
+    assert [len(page) for page in pages] == [2, 2, 2, 2]
+    stamps = [document.deleted_at for document in everything]
+    assert stamps == sorted(stamps, reverse=True)  # type: ignore[type-var]
+    assert set(seen[:2]) == {alone[1], alone[2]}
+    assert set(seen[2:7]) == set(in_folder)
+    assert seen[7] == alone[0]
+    assert before_folder == []
+    assert [document.id for document in cutoff] == seen[7:]
+
+
+def test_purge_trash_purges_what_is_old_enough_and_releases_unshared_blobs(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    unique, unique_key = _upload(engine, tenant, user_id, store, b"only here")
+    shared, shared_key = _upload(engine, tenant, user_id, store, b"twice")
+    live, _ = _upload(engine, tenant, user_id, store, b"twice")
+    _trash(engine, tenant, unique, shared)
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        cutoff = max(d.deleted_at for d in uow.documents.trash() if d.deleted_at is not None)
+    late, late_key = _upload(engine, tenant, user_id, store, b"deleted later")
+    _trash(engine, tenant, late)
+
+    purged = purge_trash(
+        engine, tenant=tenant, store=store, deleted_before=cutoff + timedelta(microseconds=1)
+    )
+
+    assert (purged.documents, purged.blobs_released) == (2, 1)
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert [d.id for d in uow.documents.trash()] == [late]
+        assert uow.documents.get(live).deleted_at is None
+        with pytest.raises(NotFound):
+            uow.documents.get(unique, include_deleted=True)
+    assert not store.exists(unique_key)
+    assert store.exists(shared_key)
+    assert store.exists(late_key)
+
+
+def test_dms_trash_lists_refuses_without_yes_counts_and_purges(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, capsys: Capture
+) -> None:
+    gone, key = _upload(engine, tenant, user_id, store, b"bytes of the trash")
+    _trash(engine, tenant, gone)
+    url = engine.url.render_as_string(hide_password=False)
+    purge = ["--database-url", url, "trash", "purge", "--tenant", tenant, "--older-than", "0s"]
+
+    assert main(["--database-url", url, "trash", "list", "--tenant", tenant]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert main(purge) == 1
+    refused = capsys.readouterr().err
+    assert main([*purge, "--dry-run", "--json"]) == 0
+    counted = json.loads(capsys.readouterr().out)
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        still = [d.id for d in uow.documents.trash()]
+    assert main([*purge, "--yes", "--blobs", str(store.root)]) == 0
+    done = capsys.readouterr().out
+
+    assert listed[0].startswith(f"{gone}\t")
+    assert listed[1] == "1 document(s) in the trash shown"
+    assert refused.startswith(f"refusing to purge 1 document(s) of tenant {tenant} deleted before ")
+    assert refused.endswith(" without --yes\n")
+    assert counted == {"tenant": tenant, "dry_run": True, "documents": 1, "blobs_released": 0}
+    assert still == [gone]
+    assert done.startswith(f"purged 1 document(s) of tenant {tenant} deleted before ")
+    assert done.endswith("; 1 blob(s) released\n")
+    assert not store.exists(key)

@@ -459,6 +459,23 @@ ENTRY_POINTS: list[EntryPoint] = [
         LOOKED_UP,
     ),
     EntryPoint(
+        "documents.trash(limit)",
+        st.one_of(st.integers(-1, 1001), ANYTHING),
+        lambda uow, world, value: uow.documents.trash(limit=value),
+    ),
+    EntryPoint(
+        "documents.trash(deleted_before)",
+        st.one_of(
+            st.datetimes(timezones=st.just(timezone.utc)), st.datetimes(), st.dates(), ANYTHING
+        ),
+        lambda uow, world, value: uow.documents.trash(deleted_before=value),
+    ),
+    EntryPoint(
+        "documents.trash(after)",
+        lambda world: st.one_of(st.none(), st.just(world.document_id), ANYTHING),
+        lambda uow, world, value: uow.documents.trash(after=value),
+    ),
+    EntryPoint(
         "documents.with_any_tag(tag_ids)",
         lambda world: ids_of(world.tag_id),
         lambda uow, world, value: uow.documents.with_any_tag(value),
