@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from psycopg import sql
-from sqlalchemy.dialects.postgresql import ARRAY, TSVECTOR
-from sqlalchemy.sql.functions import Function
+from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from alembic import op
 from dms.migrations import MigrationScope
+from dms.migrations.steps import call_for_each_document
 from dms.schema.ddl import create_function, execute_ddl
 
 revision: str = "0009"
@@ -48,8 +48,6 @@ branch_labels: str | None = None
 depends_on: str | None = None
 
 EXTENSIONS = ("unaccent", "pg_trgm")
-#: Existing documents indexed per statement by the upgrade.
-INDEX_BATCH = 1000
 #: The comment that marks an extension this revision created (and its downgrade may drop).
 CREATED_HERE = "created by dms revision 0009"
 
@@ -339,29 +337,8 @@ def _upgrade_tenant(schema: str) -> None:
                 sql.Identifier(trigger),
             ),
         )
-    _index_existing_documents(schema)
-
-
-def _index_existing_documents(schema: str) -> None:
-    """Index every document of the tenant (title, tags, values: no text is extracted yet).
-
-    The ids are read first and given back as a parameter, so that each ``search_rebuild`` runs
-    where this statement runs: on Citus a query over the tenant's ``documents`` would run on
-    the tenant's node, where a function reading other tables cannot.
-    """
-    bind = op.get_bind()
-    documents = sa.table("documents", sa.column("id", sa.Uuid), schema=schema)
-    ids = list(bind.execute(sa.select(documents.c.id)).scalars())
-    for start in range(0, len(ids), INDEX_BATCH):
-        given = (
-            sa.func.unnest(
-                sa.bindparam("ids", ids[start : start + INDEX_BATCH], type_=ARRAY(sa.Uuid))
-            )
-            .table_valued("id")
-            .render_derived(name="given")
-        )
-        rebuild: Function[object] = Function("search_rebuild", given.c.id, packagenames=(schema,))
-        bind.execute(sa.select(sa.func.count(rebuild)).select_from(given))
+    # Title, tags and values of existing documents: no text is extracted yet.
+    call_for_each_document(op.get_bind(), schema, "search_rebuild")
 
 
 def _create_tables(schema: str) -> None:

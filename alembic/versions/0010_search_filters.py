@@ -33,19 +33,16 @@ from __future__ import annotations
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.sql.functions import Function
 
 from alembic import op
 from dms.migrations import MigrationScope
+from dms.migrations.steps import call_for_each_document
 from dms.schema.ddl import create_function, execute_ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | None = None
 depends_on: str | None = None
-
-#: Existing documents whose rows the upgrade fills per statement.
-FILL_BATCH = 1000
 
 #: The folder of the document and every folder above it, then the document's tags. The folder
 #: walk is bounded by the tree's depth limit (and UNION stops on a cycle, which the folders'
@@ -173,7 +170,7 @@ def _upgrade_tenant(schema: str) -> None:
                 sql.Identifier(trigger),
             ),
         )
-    _fill_existing_rows(schema)
+    call_for_each_document(op.get_bind(), schema, "search_refresh_filters")
     op.alter_column("document_search", "filters", nullable=False, schema=schema)
     op.drop_index("ix_document_search_terms", "document_search", schema=schema)
     op.create_index(
@@ -183,30 +180,6 @@ def _upgrade_tenant(schema: str) -> None:
         schema=schema,
         postgresql_using="gin",
     )
-
-
-def _fill_existing_rows(schema: str) -> None:
-    """Fill ``filters`` of every document's rows.
-
-    The ids are read first and given back as a parameter, so that each
-    ``search_refresh_filters`` runs where this statement runs (revision 0009's
-    ``_index_existing_documents`` says why).
-    """
-    bind = op.get_bind()
-    documents = sa.table("documents", sa.column("id", sa.Uuid), schema=schema)
-    ids = list(bind.execute(sa.select(documents.c.id)).scalars())
-    for start in range(0, len(ids), FILL_BATCH):
-        given = (
-            sa.func.unnest(
-                sa.bindparam("ids", ids[start : start + FILL_BATCH], type_=ARRAY(sa.Uuid))
-            )
-            .table_valued("id")
-            .render_derived(name="given")
-        )
-        refresh: Function[object] = Function(
-            "search_refresh_filters", given.c.id, packagenames=(schema,)
-        )
-        bind.execute(sa.select(sa.func.count(refresh)).select_from(given))
 
 
 def _downgrade_tenant(schema: str) -> None:
