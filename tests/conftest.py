@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,19 @@ def tenant_conn(engine: Engine, tenant: str) -> Iterator[Connection]:
             # Rolled back, not committed: the next test of the worker may share the tenant.
             if transaction.is_active:
                 transaction.rollback()
+
+
+@pytest.fixture
+def ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """Let the commands a test starts take Ctrl-C, whatever this test process inherited.
+
+    A job that a shell starts in the background (``.ci/run &``, nohup) ignores SIGINT, and
+    the children it starts inherit that: Python then never raises KeyboardInterrupt, and a
+    command a test interrupts with SIGINT would run on to its end instead. A handler (not
+    "ignore") here becomes the default action in every child at its exec.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -204,7 +204,7 @@ def _list(ctx: Context, args: argparse.Namespace) -> int:
             conn, state=args.state, tenant=args.tenant, kind=args.kind, limit=args.limit
         )
     if args.json:
-        emit_json(found)
+        emit_json({"jobs": found})
         return EXIT_OK
     _print_jobs(found)
     print(f"{len(found)} {'' if args.state is None else f'{args.state} '}job(s) shown")
@@ -257,7 +257,7 @@ def _dead(ctx: Context, args: argparse.Namespace) -> int:
             conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than, limit=args.limit
         )
     if args.json:
-        emit_json(found)
+        emit_json({"jobs": found})
         return EXIT_OK
     _print_jobs(found)
     print(f"{len(found)} dead job(s) shown")

@@ -169,6 +169,16 @@ def _conclude(report: FleetReport, as_json: bool, line: Callable[[FleetReport], 
     return EXIT_ERROR if report.problems else EXIT_OK
 
 
+def _tenant_row(tenant: tenancy.Tenant) -> dict[str, object]:
+    # "tenant", as in every other JSON document of dms (the library's field is `slug`).
+    return {
+        "tenant": tenant.slug,
+        "schema_name": tenant.schema_name,
+        "state": tenant.state,
+        "created_at": tenant.created_at,
+    }
+
+
 def _move(ctx: Context, args: argparse.Namespace) -> int:
     source = placement.move_tenant(ctx.engine, args.slug, args.to)
     if source.name == args.to:
@@ -181,7 +191,7 @@ def _move(ctx: Context, args: argparse.Namespace) -> int:
 def _list(ctx: Context, args: argparse.Namespace) -> int:
     tenants = tenancy.list_tenants(ctx.engine)
     if args.json:
-        emit_json({"tenants": tenants})
+        emit_json({"tenants": [_tenant_row(tenant) for tenant in tenants]})
         return EXIT_OK
     for tenant in tenants:
         print(f"{tenant.slug}\t{tenant.schema_name}\t{tenant.state}\t{tenant.created_at:%Y-%m-%d}")

@@ -96,7 +96,7 @@ def test_jobs_stats_and_dead_as_json(
         {"tenant": tenant, "kind": "test.cli.json", "state": "queued", "count": 1}
     ]
     assert isinstance(stats["oldest_queued_age"], float)
-    assert dead == []
+    assert dead == {"jobs": []}
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -295,7 +295,7 @@ def test_jobs_cancel_then_list_by_state(
     assert cancelled == [f"cancelled job {job_id} (was queued)"]
     assert (again["id"], again["state"]) == (str(job_id), "cancelled")
     assert twice == [f"job {job_id} was already cancelled"]
-    assert [(job["id"], job["state"]) for job in as_json] == [(str(job_id), "cancelled")]
+    assert [(job["id"], job["state"]) for job in as_json["jobs"]] == [(str(job_id), "cancelled")]
     assert none_left == ["0 queued job(s) shown"]
     assert every_state == [f"{job_id}\t{tenant}\t{kind}\tcancelled\t0\t", "1 job(s) shown"]
 
@@ -413,3 +413,48 @@ def test_dms_worker_sizes_its_pool_for_its_threads(database_url: URL) -> None:
             ctx.engine_with(pool_size=1)
     finally:
         ctx.close()
+
+
+def _keys(value: object) -> set[str]:
+    """Every key of every object in a JSON document."""
+    if isinstance(value, dict):
+        return set(value) | {key for item in value.values() for key in _keys(item)}
+    if isinstance(value, list):
+        return {key for item in value for key in _keys(item)}
+    return set()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["tenants", "list"],
+        ["status"],
+        ["migrate"],
+        ["jobs", "stats"],
+        ["jobs", "list"],
+        ["jobs", "dead"],
+        ["users", "list"],
+        ["folders", "list", "--tenant", "{tenant}"],
+        ["folders", "tree", "--tenant", "{tenant}"],
+        ["trash", "list", "--tenant", "{tenant}"],
+        ["search", "config", "--tenant", "{tenant}"],
+        ["search", "--tenant", "{tenant}", "words"],
+    ],
+    ids=" ".join,
+)
+def test_every_json_output_is_one_object_that_says_tenant(
+    database_url: URL, tenant: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _enqueued(database_url, tenant, f"test.cli.{uuid.uuid4().hex[:8]}")
+    arguments = [word.replace("{tenant}", tenant) for word in command]
+    capsys.readouterr()
+
+    assert main(["--database-url", _url(database_url), *arguments, "--json"]) == 0
+    out = capsys.readouterr().out
+
+    assert out.count("\n") == 1
+    document = json.loads(out)
+    assert isinstance(document, dict)
+    assert "slug" not in _keys(document)
+    if "{tenant}" in command or command[0] == "tenants":
+        assert tenant in json.dumps(document)

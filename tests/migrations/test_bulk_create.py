@@ -266,7 +266,7 @@ def test_cli_list_json(at_head: Engine, empty_database_url: URL) -> None:
 
     listed = json.loads(done.stdout)["tenants"]
     assert done.returncode == 0
-    assert [(t["slug"], t["schema_name"], t["state"]) for t in listed] == [
+    assert [(t["tenant"], t["schema_name"], t["state"]) for t in listed] == [
         ("l_a", "tenant_l_a", "active"),
         ("l_b", "tenant_l_b", "active"),
     ]

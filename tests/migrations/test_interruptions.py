@@ -30,7 +30,11 @@ from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import REPO_ROOT, Fingerprint, alembic_env, fingerprint, revisions
 from tests.migrations.private_server import private_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.interruption]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.interruption,
+    pytest.mark.usefixtures("ctrl_c_as_in_a_terminal"),
+]
 
 HEAD = migrations.head_revision()
 PREVIOUS = Scripts.default().chain()[-2]
@@ -116,22 +120,6 @@ def _start(url: URL, argv: list[str]) -> subprocess.Popen[str]:
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
     )
-
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_as_in_a_terminal() -> Iterator[None]:
-    """Let the commands started here take Ctrl-C, whatever this test process inherited.
-
-    A job that a shell starts in the background (``.ci/run &``, nohup) ignores SIGINT, and
-    the children it starts inherit that: Python then never raises KeyboardInterrupt, and the
-    run a test interrupts would wait out its lock timeout instead. A handler (not "ignore")
-    here becomes the default action in every child at its exec.
-    """
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _dms_migrate() -> list[str]:
