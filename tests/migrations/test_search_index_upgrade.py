@@ -1,22 +1,29 @@
-"""Revision 0009 indexes the documents a tenant already has, and its downgrade takes it all away."""
+"""Revisions 0009 and 0010 index the documents a tenant already has; their downgrades undo it."""
 
 from __future__ import annotations
 
+import uuid
+
 import sqlalchemy as sa
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 
 from dms import DocumentQuery, UnitOfWork, migrations, provisioning
 from dms.services import create_document, search_documents
 from dms.users import create_user, create_users_stand_in
 
 
-def test_documents_from_before_0009_are_found_after_the_upgrade(empty_database_url: URL) -> None:
-    engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
+def _tenant_at_head(url: URL) -> tuple[Engine, uuid.UUID]:
+    """An engine on ``url`` migrated to head with tenant ``acme``, and a user."""
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
     create_users_stand_in(engine)
     migrations.upgrade(engine)
     provisioning.create_tenant(engine, "acme")
     with engine.begin() as conn:
-        user = create_user(conn, email="a@example.org", display_name="A")
+        return engine, create_user(conn, email="a@example.org", display_name="A")
+
+
+def test_documents_from_before_0009_are_found_after_the_upgrade(empty_database_url: URL) -> None:
+    engine, user = _tenant_at_head(empty_database_url)
     with UnitOfWork(engine, tenant="acme", user_id=user) as uow:
         for n in range(3):
             create_document(uow, title=f"Quarterly report {n}")
@@ -37,12 +44,7 @@ def test_documents_from_before_0009_are_found_after_the_upgrade(empty_database_u
 def test_documents_from_before_0010_are_found_inside_their_folder_and_tag(
     empty_database_url: URL,
 ) -> None:
-    engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
-    create_users_stand_in(engine)
-    migrations.upgrade(engine)
-    provisioning.create_tenant(engine, "acme")
-    with engine.begin() as conn:
-        user = create_user(conn, email="a@example.org", display_name="A")
+    engine, user = _tenant_at_head(empty_database_url)
     with UnitOfWork(engine, tenant="acme", user_id=user) as uow:
         archive = uow.folders.add(name="Archive")
         year = uow.folders.add(name="2026", parent_id=archive.id)
