@@ -40,7 +40,7 @@ from sqlalchemy.dialects.postgresql import TSVECTOR
 from alembic import op
 from dms.migrations import MigrationScope
 from dms.migrations.steps import call_for_each_document
-from dms.schema.ddl import create_function, execute_ddl
+from dms.schema.ddl import create_functions, execute_ddl
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -433,16 +433,14 @@ def _create_functions(schema: str) -> None:
         ("search_refresh_header", "doc uuid", "void", "plpgsql", REFRESH_HEADER),
         *((name, "", "trigger", "plpgsql", body) for name, body in TRIGGER_FUNCTIONS.items()),
     )
-    for name, arguments, returns, language, body in functions:
-        create_function(
-            op.get_bind(),
-            schema,
-            name,
-            arguments=arguments,
-            returns=returns,
-            language=language,
-            body=body.format(**names),
-        )
+    create_functions(
+        op.get_bind(),
+        schema,
+        (
+            (name, arguments, returns, language, body.format(**names))
+            for name, arguments, returns, language, body in functions
+        ),
+    )
 
 
 def _downgrade_tenant(schema: str) -> None:

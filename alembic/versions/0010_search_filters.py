@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from alembic import op
 from dms.migrations import MigrationScope
 from dms.migrations.steps import call_for_each_document
-from dms.schema.ddl import create_function, execute_ddl
+from dms.schema.ddl import create_functions, execute_ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -144,16 +144,7 @@ def downgrade(*, scope: MigrationScope) -> None:
 
 def _upgrade_tenant(schema: str) -> None:
     op.add_column("document_search", sa.Column("filters", ARRAY(sa.Uuid)), schema=schema)
-    for name, arguments, returns, language, body in FUNCTIONS:
-        create_function(
-            op.get_bind(),
-            schema,
-            name,
-            arguments=arguments,
-            returns=returns,
-            language=language,
-            body=body,
-        )
+    create_functions(op.get_bind(), schema, FUNCTIONS)
     for trigger, events, table, condition in TRIGGERS:
         when = (
             sql.SQL("") if condition is None else sql.SQL(" WHEN ({})").format(sql.SQL(condition))

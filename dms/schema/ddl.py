@@ -5,8 +5,13 @@ Names are always passed as :class:`psycopg.sql.Identifier`, so they are quoted b
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from psycopg import sql
 from sqlalchemy.engine import Connection
+
+#: A function as a migration writes it: (name, arguments, returns, language, body).
+FunctionSource = tuple[str, str, str, str, str]
 
 
 def execute_ddl(conn: Connection, statement: sql.Composable) -> None:
@@ -16,6 +21,20 @@ def execute_ddl(conn: Connection, statement: sql.Composable) -> None:
     conn.exec_driver_sql(
         statement.as_string(driver_conn), execution_options={"no_parameters": True}
     )
+
+
+def create_functions(conn: Connection, schema: str, functions: Iterable[FunctionSource]) -> None:
+    """:func:`create_function` for each of ``functions``, in order."""
+    for name, arguments, returns, language, body in functions:
+        create_function(
+            conn,
+            schema,
+            name,
+            arguments=arguments,
+            returns=returns,
+            language=language,
+            body=body,
+        )
 
 
 def create_function(
