@@ -48,7 +48,7 @@ from dms.config import Settings
 from dms.domain import Blob
 from dms.errors import InvariantViolation
 from dms.repositories.blobs import BlobRepository
-from dms.storage import Content, LocalBlobStore, content_key
+from dms.storage import BlobStore, Content, content_key
 from dms.uow import UnitOfWork
 
 #: Blobs released per transaction by :func:`release_blobs` when sweeping.
@@ -72,7 +72,7 @@ def blobs_of(uow: UnitOfWork) -> BlobRepository:
 
 
 def store_contents(
-    uow: UnitOfWork, store: LocalBlobStore, contents: Sequence[Content]
+    uow: UnitOfWork, store: BlobStore, contents: Sequence[Content]
 ) -> StoredContents:
     """Make every content's blob exist and keep it until the unit of work ends.
 
@@ -95,7 +95,7 @@ def claim_contents(uow: UnitOfWork, contents: Sequence[Content]) -> dict[str, st
     return keys
 
 
-def write_ahead(store: LocalBlobStore, tenant: str, contents: Sequence[Content]) -> frozenset[str]:
+def write_ahead(store: BlobStore, tenant: str, contents: Sequence[Content]) -> frozenset[str]:
     """Write the files of in-memory ``contents`` that are missing, before any claim.
 
     Return the keys written. Only a head start: until the claim, a release may delete such a
@@ -110,7 +110,7 @@ def write_ahead(store: LocalBlobStore, tenant: str, contents: Sequence[Content])
 
 
 def write_contents(
-    store: LocalBlobStore,
+    store: BlobStore,
     keys: dict[str, str],
     contents: Sequence[Content],
     *,
@@ -172,7 +172,7 @@ def purge_trash(
     engine: Engine,
     *,
     tenant: str,
-    store: LocalBlobStore,
+    store: BlobStore,
     deleted_before: datetime,
     settings: Settings | None = None,
 ) -> PurgedTrash:
@@ -201,7 +201,7 @@ def release_blobs(
     engine: Engine,
     *,
     tenant: str,
-    store: LocalBlobStore,
+    store: BlobStore,
     storage_keys: Iterable[str] | None = None,
     settings: Settings | None = None,
 ) -> list[str]:
@@ -228,7 +228,7 @@ def release_blobs(
 def _release(
     engine: Engine,
     tenant: str,
-    store: LocalBlobStore,
+    store: BlobStore,
     keys: list[str],
     settings: Settings | None,
 ) -> list[str]:

@@ -10,6 +10,7 @@ variable                    meaning                                     default
 ==========================  ==========================================  ====================
 ``DMS_DATABASE_URL``        SQLAlchemy URL of the PostgreSQL database   embedded server
 ``DMS_DATA_DIR``            where the embedded server keeps its data    per-user data dir
+``DMS_BLOBS``               blob store: a directory or ``s3://b/p``     a folder per database
 ``DMS_USERS_SCHEMA``        schema of the IAM service's ``users``       ``public``
 ``DMS_LOCK_TIMEOUT_MS``     ``lock_timeout`` of DDL transactions        ``5000``
 ``DMS_LOG_LEVEL``           level of the ``dms`` command's log lines    ``WARNING``
@@ -52,6 +53,8 @@ class Settings:
 
     database_url: str | None = None
     data_dir: Path = field(default_factory=lambda: _default_data_dir(os.environ))
+    blobs: str | None = None
+    """Where revisions' bytes live (:func:`dms.storage.store_of`); ``None``: per database."""
     users_schema: str = "public"
     lock_timeout_ms: int = 5000
     log_level: str = "WARNING"
@@ -85,6 +88,7 @@ class Settings:
         expected: dict[str, tuple[type, ...]] = {
             "database_url": (str, type(None)),
             "data_dir": (Path,),
+            "blobs": (str, type(None)),
             "users_schema": (str,),
             "log_level": (str,),
             "log_format": (str,),
@@ -111,6 +115,7 @@ class Settings:
         return cls(
             database_url=env.get("DMS_DATABASE_URL") or None,
             data_dir=Path(data_dir) if data_dir else _default_data_dir(env),
+            blobs=env.get("DMS_BLOBS") or None,
             users_schema=env.get("DMS_USERS_SCHEMA", "public"),
             lock_timeout_ms=lock_timeout_ms,
             log_level=env.get("DMS_LOG_LEVEL", "WARNING").upper(),

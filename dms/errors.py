@@ -4,6 +4,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
 
     DmsError
     ├── ConfigurationError          no database could be chosen or reached
+    │   └── DatabaseUnreachable     connecting failed; says the server's reason
     ├── InvalidTenantName (ValueError)
     ├── TenantNotFound (LookupError)
     ├── MigrationError
@@ -14,6 +15,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── ClusterError                a Citus operation cannot run (not a cluster, unknown node)
     ├── ValidationError (ValueError) bad input caught before any SQL runs
     ├── UnreadableContent (ValueError) a file's bytes are in a format that cannot be read
+    ├── StorageError                a blob store failed (unreachable, refused, holds nothing)
     ├── NotFound (LookupError)      a referenced row does not exist
     ├── AlreadyExists               a unique key is taken
     │   └── TenantExists            a tenant of that name is registered
@@ -46,6 +48,10 @@ class DmsError(Exception):
 
 class ConfigurationError(DmsError):
     """The database to use could not be determined or started."""
+
+
+class DatabaseUnreachable(ConfigurationError):
+    """Connecting to the database failed: its message is the server's or the network's reason."""
 
 
 class InvalidTenantName(DmsError, ValueError):
@@ -166,6 +172,10 @@ class JobFinished(DmsError):
 
 class UnreadableContent(DmsError, ValueError):
     """A file's bytes claim a format that cannot be read: corrupt, truncated or encrypted."""
+
+
+class StorageError(DmsError):
+    """A blob store failed: unreachable, refused the request, or holds none of what it should."""
 
 
 class PermanentFailure(DmsError):

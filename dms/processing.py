@@ -47,7 +47,7 @@ from dms.services import (
     extraction_job,
     set_value,
 )
-from dms.storage import LocalBlobStore
+from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
 VERIFY_REVISION = "revision.verify"
@@ -111,9 +111,9 @@ def _revision_id(job: Job) -> uuid.UUID:
         ) from None
 
 
-def _outcome(store: LocalBlobStore, revision: Revision) -> tuple[str, str | None]:
+def _outcome(store: BlobStore, revision: Revision) -> tuple[str, str | None]:
     try:
-        content = store.read(revision.storage_key)
+        content = store.get(revision.storage_key)
     except NotFound:
         return "missing", None
     intact = (
@@ -125,7 +125,7 @@ def _outcome(store: LocalBlobStore, revision: Revision) -> tuple[str, str | None
     return "verified", preview(content, revision.mime_type, chars=PREVIEW_CHARS)
 
 
-def verify_revision(store: LocalBlobStore) -> Handler[UnitOfWork]:
+def verify_revision(store: BlobStore) -> Handler[UnitOfWork]:
     """The handler of ``revision.verify`` jobs, reading blobs from ``store``."""
 
     def handle(uow: UnitOfWork, job: Job, /) -> None:
@@ -162,7 +162,7 @@ def _record(uow: UnitOfWork, document_id: uuid.UUID, outcome: str, shown: str | 
 
 
 def extract_revision(
-    store: LocalBlobStore, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
+    store: BlobStore, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
 ) -> Handler[UnitOfWork]:
     """The handler of ``revision.extract`` jobs, reading blobs from ``store``.
 
@@ -208,9 +208,9 @@ def _extraction_ids(job: Job) -> list[uuid.UUID]:
         ) from exc
 
 
-def _intact_content(store: LocalBlobStore, revision: Revision) -> bytes:
+def _intact_content(store: BlobStore, revision: Revision) -> bytes:
     try:
-        content = store.read(revision.storage_key)
+        content = store.get(revision.storage_key)
     except NotFound as exc:
         raise UnreadableContent(f"its blob {revision.storage_key!r} is missing") from exc
     if len(content) != revision.size_bytes or (
@@ -221,7 +221,7 @@ def _intact_content(store: LocalBlobStore, revision: Revision) -> bytes:
 
 
 def handlers(
-    store: LocalBlobStore, *, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
+    store: BlobStore, *, extractors: ExtractorRegistry = DEFAULT_EXTRACTORS
 ) -> Mapping[str, Handler[UnitOfWork]]:
     """Every job kind ``dms`` ships, mapped to its handler.
 

@@ -40,7 +40,7 @@ from dms.processing import (
     handlers,
 )
 from dms.services import add_revision, create_document, define_field, search_documents
-from dms.storage import LocalBlobStore
+from dms.storage import BlobStore, store_of
 from dms.uow import UnitOfWork
 from dms.users import create_user
 from dms.worker import Worker
@@ -84,14 +84,15 @@ class SeedReport:
 
 
 def seed(
-    engine: Engine, *, blobs: LocalBlobStore | None = None, settings: Settings | None = None
+    engine: Engine, *, blobs: BlobStore | None = None, settings: Settings | None = None
 ) -> SeedReport:
     """Insert the development data set, and enqueue the verification of every revision.
 
-    ``settings`` default to ``engine``'s; ``blobs`` to a store in their data directory.
+    ``settings`` default to ``engine``'s; ``blobs`` to the database's store
+    (:func:`dms.storage.store_of`).
     """
     settings = settings if settings is not None else settings_of(engine)
-    blobs = blobs or LocalBlobStore(settings.data_dir / "blobs")
+    blobs = blobs or store_of(engine)
     with engine.begin() as conn:
         users = [
             create_user(conn, email=email, display_name=name, settings=settings)
@@ -116,7 +117,7 @@ def _seeded(uow: UnitOfWork) -> bool:
     return True
 
 
-def _seed_tenant(uow: UnitOfWork, slug: str, blobs: LocalBlobStore) -> dict[str, int]:
+def _seed_tenant(uow: UnitOfWork, slug: str, blobs: BlobStore) -> dict[str, int]:
     _require_no_foreign_required_fields(uow, slug)
     leaves = _seed_folders(uow)
     tags = [uow.tags.add(name=name) for name in _TAGS]
@@ -192,7 +193,7 @@ def _values_of(number: int, fields: list[MetadataField]) -> dict[uuid.UUID, obje
 
 
 def _seed_revisions(
-    uow: UnitOfWork, slug: str, document: Document, number: int, blobs: LocalBlobStore
+    uow: UnitOfWork, slug: str, document: Document, number: int, blobs: BlobStore
 ) -> int:
     count = number % 3 + 1
     for revision_no in range(1, count + 1):
@@ -232,7 +233,7 @@ def run_demo(
     queued or running then. ``settings`` default to ``engine``'s.
     """
     settings = settings if settings is not None else settings_of(engine)
-    blobs = LocalBlobStore(settings.data_dir / "blobs")
+    blobs = store_of(engine)
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)
     started = time.monotonic()

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -22,8 +23,10 @@ from sqlalchemy.engine import URL, Connection, Engine
 from dms import embedded, migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.db import normalize_url
+from dms.storage import S3BlobStore
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
+from tests.s3server import running_s3_server
 
 
 @pytest.fixture(scope="session")
@@ -143,3 +146,31 @@ def ctrl_c_as_in_a_terminal() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The endpoint URL of this test process's S3-compatible server (SeaweedFS)."""
+    with running_s3_server(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new empty bucket; boto3 in this process (and its children) reaches the server."""
+    for name, value in {
+        "AWS_ENDPOINT_URL_S3": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "dms-tests",
+        "AWS_SECRET_ACCESS_KEY": "dms-tests",
+        "AWS_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"dms-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    return bucket
+
+
+@pytest.fixture
+def s3_store(s3_bucket: str, tmp_path: Path) -> S3BlobStore:
+    """A store in a new bucket, under a prefix, staging under this test's folder."""
+    return S3BlobStore(s3_bucket, "some/prefix", staging_dir=tmp_path)

@@ -78,3 +78,13 @@ def moment(text: str) -> datetime:
     if value.utcoffset() is None:
         raise argparse.ArgumentTypeError(f"give a UTC offset: {text!r} (e.g. +00:00)")
     return value
+
+
+def add_blobs_option(parser: argparse.ArgumentParser) -> None:
+    """``--blobs``: the blob store of a command that reads or writes revisions' bytes."""
+    parser.add_argument(
+        "--blobs",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="the blob store (default DMS_BLOBS, else a folder of this database's own under "
+        "DMS_DATA_DIR/blobs)",
+    )

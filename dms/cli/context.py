@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 
 from dms.config import Settings
 from dms.db import create_engine
+from dms.storage import BlobStore, store_of
 
 #: Exit statuses: success, an operator error or unhealthy state, bad arguments (argparse).
 EXIT_OK = 0
@@ -47,6 +48,10 @@ class Context:
             raise RuntimeError("the engine was created already: ask for its options first")
         self._engine = create_engine(self.database_url, settings=self.settings, **options)
         return self._engine
+
+    def store(self, location: str | None) -> BlobStore:
+        """The blob store at ``location`` (``--blobs``), else the database's default."""
+        return store_of(self.engine, location)
 
     def close(self) -> None:
         """Dispose of the engine, if one was made."""

@@ -13,12 +13,11 @@ import logging
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import NoReturn
 
 from tqdm import tqdm
 
-from dms.cli.arguments import positive
+from dms.cli.arguments import add_blobs_option, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.folders import resolve_folder
 from dms.cli.output import add_json_flag, emit_json, tell
@@ -26,7 +25,6 @@ from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.importing import ImportProgress, ImportReport, NamePolicy, import_tree
 from dms.importing.importer import DEFAULT_BATCH_FILES
 from dms.importing.walk import count_files, source_root
-from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 
 #: Seconds between two progress lines when stderr is not a terminal.
@@ -58,7 +56,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="names that collide or break the rules: rename them with a visible suffix "
         "(default) or refuse them (not imported); both are reported",
     )
-    parser.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    add_blobs_option(parser)
     parser.add_argument(
         "--batch-size",
         type=positive,
@@ -72,7 +70,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _import(ctx: Context, args: argparse.Namespace) -> int:
     root = source_root(args.path)
     into = _resolve_into(ctx, args.tenant, args.into)
-    blobs = Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs"
+    store = ctx.store(args.blobs)
     with _Progress(count_files(root)) as progress, sigterm_as_interrupt() as signals:
         try:
             report = import_tree(
@@ -80,7 +78,7 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
                 root,
                 tenant=args.tenant,
                 user_id=args.user,
-                store=LocalBlobStore(blobs),
+                store=store,
                 into=into,
                 name_policy=NamePolicy(args.names),
                 batch_files=args.batch_size,

@@ -7,12 +7,19 @@ import gc
 import json
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, tenancy
-from dms.cli.arguments import duration, job_state, json_value, moment, port, positive
+from dms.cli.arguments import (
+    add_blobs_option,
+    duration,
+    job_state,
+    json_value,
+    moment,
+    port,
+    positive,
+)
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
 from dms.cli.output import add_json_flag, emit_json, tell
@@ -20,7 +27,6 @@ from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.processing import handlers
-from dms.storage import LocalBlobStore
 from dms.worker import Worker
 
 
@@ -30,7 +36,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     worker.add_argument("--concurrency", type=positive, default=1, help="threads (default 1)")
     worker.add_argument("--kinds", nargs="+", help="only these job kinds")
     worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
-    worker.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    add_blobs_option(worker)
     worker.add_argument(
         "--metrics-port",
         type=port,
@@ -138,7 +144,7 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     with engine.connect() as conn:
         # Without its table a worker would retry its claims forever.
         require_migrated(conn)
-    blobs = LocalBlobStore(Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs")
+    blobs = ctx.store(args.blobs)
     worker = Worker(
         engine,
         handlers(blobs),

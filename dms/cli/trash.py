@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-from pathlib import Path
 
 from dms.blobs import purge_trash
-from dms.cli.arguments import duration, positive
+from dms.cli.arguments import add_blobs_option, duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.output import add_json_flag, emit_json, tell
 from dms.domain import Document
-from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 
 #: Documents counted per statement by ``--dry-run`` and the refusal.
@@ -42,7 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         required=True,
         help="in the trash longer than this: 90s, 15m, 12h, 30d (0s: everything)",
     )
-    purge.add_argument("--blobs", help="blob directory (default DMS_DATA_DIR/blobs)")
+    add_blobs_option(purge)
     purge.add_argument("--dry-run", action="store_true", help="only count what would go")
     purge.add_argument("--yes", action="store_true", help="confirm that the documents go")
     add_json_flag(purge)
@@ -72,7 +70,7 @@ def _purge(ctx: Context, args: argparse.Namespace) -> int:
             return EXIT_OK
         tell(f"refusing to purge {what} without --yes")
         return EXIT_ERROR
-    store = LocalBlobStore(Path(args.blobs) if args.blobs else ctx.settings.data_dir / "blobs")
+    store = ctx.store(args.blobs)
     done = purge_trash(
         ctx.engine, tenant=args.tenant, store=store, deleted_before=cutoff, settings=ctx.settings
     )

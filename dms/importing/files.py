@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from dms.content import looks_like_text
 from dms.domain.validation import normalize_mime_type
 from dms.errors import ValidationError
-from dms.storage import Content, LocalBlobStore
+from dms.storage import BlobStore, Content
 
 #: Files up to this size are held in memory until their batch commits; larger ones are staged.
 IN_MEMORY_BYTES = 256 * 1024
@@ -48,7 +48,7 @@ class NotRegularFile(OSError):
     """The path no longer names a regular file (it changed since the walk)."""
 
 
-def read_file(path: bytes, title: str, store: LocalBlobStore) -> ReadFile:
+def read_file(path: bytes, title: str, store: BlobStore) -> ReadFile:
     """Read the file at ``path``; its MIME type is guessed from ``title`` and its bytes.
 
     Raises :class:`OSError` (including :class:`NotRegularFile`) if it cannot be read.

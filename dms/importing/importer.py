@@ -54,7 +54,7 @@ from dms.repositories.folders import NAME_MAX_CHARS
 from dms.repositories.imports import ImportRepository, NewImportedDocument, NewImportedEntry
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.services import extraction_jobs, set_values
-from dms.storage import Content, LocalBlobStore
+from dms.storage import BlobStore, Content
 from dms.uow import UnitOfWork
 
 from .files import ReadFile, read_file
@@ -153,7 +153,7 @@ class _Importer:
         *,
         tenant: str,
         user_id: uuid.UUID,
-        store: LocalBlobStore,
+        store: BlobStore,
         into: uuid.UUID | None,
         policy: NamePolicy,
         batch_files: int,
@@ -723,7 +723,7 @@ def import_tree(
     *,
     tenant: str,
     user_id: uuid.UUID,
-    store: LocalBlobStore,
+    store: BlobStore,
     into: uuid.UUID | None = None,
     name_policy: NamePolicy = NamePolicy.RENAME,
     batch_files: int = DEFAULT_BATCH_FILES,

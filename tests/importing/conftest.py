@@ -21,9 +21,9 @@ from sqlalchemy.engine import Engine
 from dms import jobs, tenancy
 from dms.importing.files import IN_MEMORY_BYTES
 from dms.jobs import JobState
-from dms.processing import VERIFY_REVISION, handlers
+from dms.processing import INTEGRITY_FIELD, PREVIEW_FIELD, VERIFY_REVISION, handlers
 from dms.schema import tenant as t
-from dms.storage import LocalBlobStore
+from dms.storage import BlobStore, LocalBlobStore
 from dms.uow import UnitOfWork
 
 LATIN1_NAME = b"caf\xe9 cr\xe8me.txt"
@@ -117,7 +117,7 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dict[JobState, int]:
+def run_verifications(engine: Engine, tenant: str, store: BlobStore) -> dict[JobState, int]:
     """Run a worker until the tenant's jobs (verification, extraction) are all finished; count
     the verification jobs' states."""
     with jobs.Worker(
@@ -135,3 +135,17 @@ def run_verifications(engine: Engine, tenant: str, store: LocalBlobStore) -> dic
                 break
             time.sleep(0.1)
     return {state: stats.total(state) for state in JobState}
+
+
+def metadata_values(engine: Engine, tenant: str) -> dict[str, list[object]]:
+    """The option of every Integrity value and the text of every preview of the tenant."""
+    v, f = t.document_metadata, t.metadata_fields
+    with engine.connect() as conn:
+        routed = tenancy.route(conn, tenant)
+        rows = routed.execute(
+            sa.select(f.c.name, v.c.option_id, v.c.value_text).join(f, f.c.id == v.c.field_id)
+        ).all()
+    return {
+        "integrity": [row.option_id for row in rows if row.name == INTEGRITY_FIELD],
+        "preview": [row.value_text for row in rows if row.name == PREVIEW_FIELD],
+    }

@@ -81,7 +81,7 @@ def test_shared_blob_stays_until_its_last_revision_is_purged(
     kept = release_blobs(
         engine, tenant=tenant, store=store, storage_keys=_trash_and_purge(engine, tenant, first)
     )
-    still_there = store.read(key)
+    still_there = store.get(key)
     released = release_blobs(
         engine, tenant=tenant, store=store, storage_keys=_trash_and_purge(engine, tenant, second)
     )
@@ -114,7 +114,7 @@ def test_purging_a_live_document_is_refused_and_changes_nothing(
         purge_document(uow, document_id)
     with UnitOfWork(engine, tenant=tenant) as uow:
         assert uow.documents.get(document_id).current_revision_id is not None
-    assert store.read(key) == b"live"
+    assert store.get(key) == b"live"
 
 
 def _lock_waits(engine: Engine, tenant: str) -> int:
@@ -163,7 +163,7 @@ def test_release_waits_for_an_import_that_claimed_the_blob_and_keeps_it(
 
     assert not releaser.is_alive()
     assert released == []
-    assert store.read(key) == b"contested bytes"
+    assert store.get(key) == b"contested bytes"
     assert _registered(engine, tenant, key)
 
 
@@ -178,7 +178,7 @@ def test_a_missing_file_of_a_registered_blob_is_written_again(
         uow.commit()
 
     assert stored.written == 1
-    assert store.read(key) == b"rewritten"
+    assert store.get(key) == b"rewritten"
 
 
 def test_blob_keys_are_per_tenant(
@@ -206,7 +206,7 @@ def test_a_blob_written_ahead_and_released_before_the_claim_is_written_again(
     store.delete(key)
     ahead = write_ahead(store, tenant, [_content(b"written ahead"), _content(b"new bytes")])
     assert ahead == {key, content_key(tenant, digest(b"new bytes"))}
-    assert store.read(key) == b"written ahead"
+    assert store.get(key) == b"written ahead"
     # A release deletes the first file between the writing ahead and the claim.
     assert release_blobs(engine, tenant=tenant, store=store, storage_keys=keys) == [key]
     assert not store.exists(key)
@@ -215,7 +215,7 @@ def test_a_blob_written_ahead_and_released_before_the_claim_is_written_again(
         stored = write_contents(store, claim_contents(uow, contents), contents, written_ahead=ahead)
         uow.commit()
     assert (stored.written, stored.already_stored) == (2, 0)
-    assert store.read(key) == b"written ahead"
+    assert store.get(key) == b"written ahead"
 
 
 def test_writing_ahead_leaves_staged_contents_and_stored_blobs_alone(

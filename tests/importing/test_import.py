@@ -14,7 +14,7 @@ from dms import DocumentQuery, tenancy
 from dms.errors import DmsError
 from dms.importing import ImportReport, NamePolicy, SkipReason, import_tree
 from dms.jobs import JobState
-from dms.processing import INTEGRITY_FIELD, PREVIEW_FIELD
+from dms.processing import INTEGRITY_FIELD
 from dms.schema import tenant as t
 from dms.services import search_documents
 from dms.storage import LocalBlobStore
@@ -24,6 +24,7 @@ from tests.importing.conftest import (
     SAME_TEXT,
     digest,
     imported_files,
+    metadata_values,
     run_verifications,
     source_files,
 )
@@ -60,7 +61,7 @@ def test_every_file_arrives_with_its_bytes(
     for path, (_title, sha256, size, key, _mime) in imported.items():
         data = expected[os.path.relpath(path, os.fsencode(tree.parent))]
         assert (sha256, size) == (digest(data), len(data))
-        assert store.read(key) == data
+        assert store.get(key) == data
     assert report.counts.documents_created == len(expected)
     assert report.counts.batches > 1
     assert report.complete
@@ -169,7 +170,7 @@ def test_every_verification_job_is_done_and_previews_are_clean(
 ) -> None:
     report = _import(engine, tenant, user_id, tree, store)
     states = run_verifications(engine, tenant, store)
-    values = _values(engine, tenant)
+    values = metadata_values(engine, tenant)
     with UnitOfWork(engine, tenant=tenant) as uow:
         integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
     verified = next(option.id for option in integrity.options if option.value == "verified")
@@ -204,19 +205,6 @@ def test_imported_text_is_found_by_what_it_says(
         assert "readme.txt.gz" in titles('"compressed readme text"')
         assert "ls.1.gz" in titles('"ls list"')
         assert titles("zzzunlikelyword") == set()
-
-
-def _values(engine: Engine, tenant: str) -> dict[str, list[object]]:
-    v, f = t.document_metadata, t.metadata_fields
-    with engine.connect() as conn:
-        routed = tenancy.route(conn, tenant)
-        rows = routed.execute(
-            sa.select(f.c.name, v.c.option_id, v.c.value_text).join(f, f.c.id == v.c.field_id)
-        ).all()
-    return {
-        "integrity": [row.option_id for row in rows if row.name == INTEGRITY_FIELD],
-        "preview": [row.value_text for row in rows if row.name == PREVIEW_FIELD],
-    }
 
 
 def test_running_it_again_imports_nothing_twice(

@@ -100,7 +100,7 @@ def test_import_killed_mid_batch_resumes_and_imports_nothing_twice(
     base = os.fsencode(source.parent)
     for path, (_title, sha256, size, key, _mime) in imported.items():
         data = expected[os.path.relpath(path, base)]
-        assert (sha256, size, store.read(key)) == (digest(data), len(data), data)
+        assert (sha256, size, store.get(key)) == (digest(data), len(data), data)
     revision_ids = _verification_jobs(engine, tenant)
     assert len(revision_ids) == len(set(revision_ids)) == len(expected)
     states = run_verifications(engine, tenant, store)

@@ -301,7 +301,7 @@ def test_blob_keys_cannot_escape_the_store(store: LocalBlobStore) -> None:
 def test_keys_of_real_paths_round_trip_inside_the_store(store: LocalBlobStore, key: str) -> None:
     store.put(key, key.encode())
 
-    assert store.read(key) == key.encode()
+    assert store.get(key) == key.encode()
     path = store.path_of(key)
     assert path.is_relative_to(store.root)
     assert not any(part.startswith(".") for part in path.relative_to(store.root).parts)
@@ -312,4 +312,4 @@ def test_stored_blob_reports_its_digest(store: LocalBlobStore) -> None:
     stored = store.put("a/b.txt", b"content")
     assert stored.sha256 == hashlib.sha256(b"content").hexdigest()
     assert stored.size_bytes == len(b"content")
-    assert store.read("a/b.txt") == b"content"
+    assert store.get("a/b.txt") == b"content"

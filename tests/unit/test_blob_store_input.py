@@ -29,7 +29,7 @@ def test_a_root_given_as_text_is_a_path_and_content_any_bytes(tmp_path: Path) ->
     store.put("a/c", bytearray(b"y"))  # any bytes-like content
 
     assert (tmp_path / "blobs" / "a" / "b").read_bytes() == b"x"
-    assert store.read("a/c") == b"y"
+    assert store.get("a/c") == b"y"
 
 
 @pytest.mark.parametrize("content", ["text", None, 5, [1]])
