@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from dms import embedded, tenancy
 from dms.config import Settings, with_settings
-from dms.errors import ConfigurationError
+from dms.errors import ConfigurationError, DatabaseUnreachable
 
 _DRIVER = "postgresql+psycopg"
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
@@ -51,8 +51,9 @@ def create_engine(
     """Create an engine for ``url``, or for the database that :func:`database_url` picks.
 
     ``settings`` (default: the environment's) are resolved here, once, and the engine carries
-    them to everything it is given to (:func:`dms.config.settings_of`). Extra keyword arguments
-    go to :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
+    them to everything it is given to (:func:`dms.config.settings_of`). A failure to connect
+    raises :class:`~dms.errors.DatabaseUnreachable` with the server's reason. Extra keyword
+    arguments go to :func:`sqlalchemy.create_engine`. Behind PgBouncer in transaction mode pass
     ``connect_args={"prepare_threshold": None}``. A pooled connection is replaced once it has
     served :data:`~dms.tenancy.TENANTS_PER_CONNECTION` tenants (its server-side caches grow
     with every tenant it touches).
@@ -60,4 +61,20 @@ def create_engine(
     settings = settings or Settings.from_env()
     engine = sa.create_engine(database_url(url, settings=settings), **kwargs)
     tenancy.limit_tenants_per_connection(engine)
+    sa.event.listen(engine, "handle_error", _unreachable)
     return with_settings(engine, settings)
+
+
+def _unreachable(context: sa.engine.ExceptionContext) -> BaseException | None:
+    """Connecting failed (no statement ran yet): :class:`DatabaseUnreachable`, with the reason.
+
+    The server's or the network's own words (refused, unknown host, authentication failed, no
+    such database) are kept whole; the URL is shown without its password.
+    """
+    if context.connection is not None or context.engine is None:
+        return None  # a statement failed: the repositories translate it by SQLSTATE
+    where = context.engine.url.render_as_string(hide_password=True)
+    reason = " ".join(str(context.original_exception).split())
+    return DatabaseUnreachable(
+        f"cannot connect to {where}: {reason}", orig=context.original_exception
+    )

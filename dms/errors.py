@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sqlalchemy.exc import OperationalError
+
 if TYPE_CHECKING:
     from dms.fleet.report import FleetReport
 
@@ -50,8 +52,26 @@ class ConfigurationError(DmsError):
     """The database to use could not be determined or started."""
 
 
-class DatabaseUnreachable(ConfigurationError):
-    """Connecting to the database failed: its message is the server's or the network's reason."""
+class DatabaseUnreachable(ConfigurationError, OperationalError):
+    """Connecting to the database failed: its message is the server's or the network's reason.
+
+    Raised by engines of :func:`dms.create_engine`. Also SQLAlchemy's ``OperationalError`` (the
+    driver's error is ``orig``), so that code which retries on the driver's errors, as
+    ``dms`` workers do while a server restarts, keeps doing so.
+    """
+
+    def __init__(self, message: str, orig: BaseException | None) -> None:
+        """Say ``message``; ``orig`` is the driver's exception."""
+        OperationalError.__init__(self, None, None, orig)
+        self.message = message
+
+    def __str__(self) -> str:
+        """The message alone, without SQLAlchemy's statement and background link."""
+        return self.message
+
+    def __reduce__(self) -> tuple[type[DatabaseUnreachable], tuple[str, BaseException | None]]:
+        """Pickled as it was made (a fleet's worker process sends it to its parent)."""
+        return type(self), (self.message, self.orig)
 
 
 class InvalidTenantName(DmsError, ValueError):

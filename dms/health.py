@@ -106,7 +106,8 @@ def check(
 
     Raises :class:`~dms.errors.ValidationError` before any SQL for a limit that is not a
     :class:`~datetime.timedelta` from zero to 100 years, and the database's error
-    (``OperationalError``) when it cannot be reached at all.
+    (:class:`~dms.errors.DatabaseUnreachable` from engines of :func:`dms.create_engine`) when it
+    cannot be reached at all.
     """
     require_duration("max_queue_age", max_queue_age, maximum=MAX_AGE, zero=True)
     require_duration("max_expired_lease", max_expired_lease, maximum=MAX_AGE, zero=True)
