@@ -60,18 +60,19 @@ class DatabaseUnreachable(ConfigurationError, OperationalError):
     ``dms`` workers do while a server restarts, keeps doing so.
     """
 
-    def __init__(self, message: str, orig: BaseException | None) -> None:
+    def __init__(self, message: str, orig: BaseException) -> None:
         """Say ``message``; ``orig`` is the driver's exception."""
         OperationalError.__init__(self, None, None, orig)
         self.message = message
+        self.driver_error = orig
 
     def __str__(self) -> str:
         """The message alone, without SQLAlchemy's statement and background link."""
         return self.message
 
-    def __reduce__(self) -> tuple[type[DatabaseUnreachable], tuple[str, BaseException | None]]:
+    def __reduce__(self) -> tuple[type[DatabaseUnreachable], tuple[str, BaseException]]:
         """Pickled as it was made (a fleet's worker process sends it to its parent)."""
-        return type(self), (self.message, self.orig)
+        return type(self), (self.message, self.driver_error)
 
 
 class InvalidTenantName(DmsError, ValueError):
