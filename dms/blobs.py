@@ -37,18 +37,22 @@ and never released here.
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Engine
 
+from dms import tenancy
 from dms.config import Settings
 from dms.domain import Blob
-from dms.errors import InvariantViolation
+from dms.errors import InvalidTenantName, InvariantViolation, TenantExists
 from dms.repositories.blobs import BlobRepository
-from dms.storage import BlobStore, Content, content_key
+from dms.storage import BlobStore, Content, StoredObject, content_key, content_space
+from dms.storage.keys import sha256_of_content_key
+from dms.storage.store import STAGING_GRACE
 from dms.uow import UnitOfWork
 
 #: Blobs released per transaction by :func:`release_blobs` when sweeping.
@@ -242,3 +246,143 @@ def _release(
             store.delete(key)
         uow.commit()
     return released
+
+
+@dataclass(frozen=True, kw_only=True)
+class Garbage:
+    """What :func:`collect_garbage` removed (or, in a dry run, would remove)."""
+
+    dropped_tenants: dict[str, int]
+    """Blobs of tenants no longer registered, by tenant."""
+    unregistered: int
+    """Files of registered tenants that no registry row knew (a writer died before its commit)."""
+    unreferenced: int
+    """Registered blobs that no revision references (a release that did not run)."""
+    staging: int
+    """Staging files older than the grace period (an import killed mid-file)."""
+
+    @property
+    def total(self) -> int:
+        """Everything counted."""
+        return (
+            sum(self.dropped_tenants.values())
+            + self.unregistered
+            + self.unreferenced
+            + self.staging
+        )
+
+
+def release_dropped_tenant(engine: Engine, store: BlobStore, tenant: str) -> int:
+    """Delete the content-addressed blobs of ``tenant``, which must not be registered.
+
+    What ``dms tenants drop`` does after the drop. Raises :class:`~dms.errors.TenantExists`
+    if ``tenant`` is registered (then its blobs are its revisions'), also when it is created
+    again under that name meanwhile: each page is deleted holding the name
+    (:func:`dms.tenancy.lock_name`), so a new tenant of that name waits for the page in
+    flight and the next page stops. Returns how many blobs went.
+    """
+    tenancy.validate_slug(tenant)
+    released = 0
+    while page := _page(store.objects(content_space(tenant)), RELEASE_BATCH):
+        with engine.begin() as conn:
+            tenancy.lock_name(conn, tenant)
+            if tenancy.registered_slugs(conn, [tenant]):
+                raise TenantExists(
+                    f"tenant {tenant!r} is registered: its blobs are its revisions' "
+                    f"({released} blob(s) of the dropped tenant of that name released before)"
+                )
+            released += sum(store.delete(found.storage_key) for found in page)
+    return released
+
+
+def collect_garbage(
+    engine: Engine,
+    store: BlobStore,
+    *,
+    tenants: Sequence[str] | None = None,
+    staging_older_than: timedelta = STAGING_GRACE,
+    dry_run: bool = False,
+    settings: Settings | None = None,
+) -> Garbage:
+    """Remove from ``store`` what no tenant needs; safe while imports and purges run.
+
+    - the content-addressed blobs of tenants that are no longer registered
+      (:func:`release_dropped_tenant`);
+    - for each registered tenant (or only ``tenants``): files that no registry row knows are
+      registered (claimed, as a writer would), then released with the unreferenced blobs by
+      :func:`release_blobs`. A writer that claims one of them meanwhile waits for the release
+      and then writes it again, or the release waits for it and keeps it: the protocol of
+      the module docstring, so nothing that a revision references is ever deleted;
+    - staging files older than ``staging_older_than``.
+
+    ``dry_run`` counts without changing anything.
+    """
+    registered = {t.slug for t in tenancy.list_tenants(engine)}
+    chosen = sorted(registered) if tenants is None else [tenancy.validate_slug(t) for t in tenants]
+    dropped = {
+        name: _count_or_release_dropped(engine, store, name, dry_run)
+        for name in store.namespaces()
+        if tenants is None and name not in registered and _is_slug(name)
+    }
+    unregistered = unreferenced = 0
+    for tenant in chosen:
+        adopted, released = _collect_tenant(engine, store, tenant, dry_run, settings)
+        unregistered += adopted
+        unreferenced += released
+    staging = store.sweep_staging(older_than=staging_older_than, dry_run=dry_run)
+    return Garbage(
+        dropped_tenants={name: count for name, count in dropped.items() if count},
+        unregistered=unregistered,
+        unreferenced=unreferenced,
+        staging=staging,
+    )
+
+
+def _count_or_release_dropped(engine: Engine, store: BlobStore, tenant: str, dry_run: bool) -> int:
+    if dry_run:
+        return sum(1 for _ in store.objects(content_space(tenant)))
+    return release_dropped_tenant(engine, store, tenant)
+
+
+def _collect_tenant(
+    engine: Engine, store: BlobStore, tenant: str, dry_run: bool, settings: Settings | None
+) -> tuple[int, int]:
+    """Register the tenant's unknown files, then release what no revision references."""
+    adopted = 0
+    found = (
+        o for o in store.objects(content_space(tenant)) if sha256_of_content_key(o.storage_key)
+    )
+    while page := _page(found, RELEASE_BATCH):
+        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+            registry = blobs_of(uow)
+            known = registry.registered_among(o.storage_key for o in page)
+            unknown = [o for o in page if o.storage_key not in known]
+            if not dry_run:
+                registry.claim(_blob_of(o) for o in unknown)
+                uow.commit()
+        adopted += len(unknown)
+    if dry_run:
+        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+            unreferenced = len(blobs_of(uow).unreferenced(limit=2**31 - 1))
+        return adopted, unreferenced
+    released = len(release_blobs(engine, tenant=tenant, store=store, settings=settings))
+    # Adopted files were unreferenced by definition: count them once, as adopted.
+    return adopted, max(released - adopted, 0)
+
+
+def _blob_of(found: StoredObject) -> Blob:
+    sha256 = sha256_of_content_key(found.storage_key)
+    assert sha256 is not None  # noqa: S101 (only content-addressed keys are collected)
+    return Blob(storage_key=found.storage_key, sha256=sha256, size_bytes=found.size_bytes)
+
+
+def _page(objects: Iterator[StoredObject], size: int) -> list[StoredObject]:
+    return list(itertools.islice(objects, size))
+
+
+def _is_slug(name: str) -> bool:
+    try:
+        tenancy.validate_slug(name)
+    except InvalidTenantName:
+        return False
+    return True

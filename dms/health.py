@@ -14,23 +14,32 @@ are read through :mod:`dms.jobs`.
 
 from __future__ import annotations
 
+import random
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms import jobs, migrations
+from dms import jobs, migrations, tenancy
 from dms.config import SHARED_SCHEMA
-from dms.errors import NotMigrated
+from dms.errors import NotMigrated, StorageError
 from dms.jobs import JobState
 from dms.jobs.validation import MAX_AGE, require_duration
+from dms.processing import STORE_SAMPLE
+from dms.storage import BlobStore
+from dms.uow import UnitOfWork
 
 #: Tables of the shared schema without which nothing of dms works.
 _SHARED_TABLES = ("tenants", "processing_jobs")
 _QUEUE_TABLE = "processing_jobs"
 #: Tenants named in a failed check; dms status lists them all.
 _NAMED = 5
+
+#: ``dms healthcheck --blobs``: tenants whose blobs are looked for in the store.
+BLOB_SAMPLE_TENANTS = 10
+_NO_REVISION = uuid.UUID(int=0)
 
 #: ``dms healthcheck``: longest acceptable wait of the oldest runnable job, by default.
 MAX_QUEUE_AGE = timedelta(minutes=5)
@@ -101,8 +110,11 @@ def check(
     *,
     max_queue_age: timedelta = MAX_QUEUE_AGE,
     max_expired_lease: timedelta = MAX_EXPIRED_LEASE,
+    store: BlobStore | None = None,
 ) -> list[Check]:
     """Every check of ``dms healthcheck``, in order; the first failure does not stop the rest.
+
+    With ``store``, also whether it holds the tenants' blobs (:func:`blob_check`).
 
     Raises :class:`~dms.errors.ValidationError` before any SQL for a limit that is not a
     :class:`~datetime.timedelta` from zero to 100 years, and the database's error
@@ -152,7 +164,44 @@ def check(
             "ago: no worker takes them back",
         )
     )
+    if store is not None:
+        checks.append(blob_check(engine, store))
     return checks
+
+
+def blob_check(engine: Engine, store: BlobStore) -> Check:
+    """Whether ``store`` holds the blobs of the tenants: a wrong store is found here.
+
+    Up to :data:`BLOB_SAMPLE_TENANTS` tenants drawn at random, up to
+    :data:`~dms.processing.STORE_SAMPLE` revisions of each: a tenant with revisions none of
+    whose sampled blobs is in the store fails the check (one missing file is an ``Integrity``
+    finding of its document, not of the store).
+    """
+    tenants = [t.slug for t in tenancy.list_tenants(engine)]
+    sample = random.sample(tenants, min(BLOB_SAMPLE_TENANTS, len(tenants)))
+    try:
+        lacking = [slug for slug in sorted(sample) if not _store_holds_some(engine, store, slug)]
+    except StorageError as exc:
+        return Check(name="blobs", ok=False, detail=str(exc))
+    if lacking:
+        named = ", ".join(lacking[:_NAMED])
+        return Check(
+            name="blobs",
+            ok=False,
+            detail=f"{store.location} holds none of the sampled blobs of {len(lacking)} of "
+            f"{len(sample)} tenant(s) ({named}): is it the store their files were written to?",
+        )
+    return Check(
+        name="blobs",
+        ok=True,
+        detail=f"{store.location} holds the sampled blobs of {len(sample)} tenant(s)",
+    )
+
+
+def _store_holds_some(engine: Engine, store: BlobStore, slug: str) -> bool:
+    with UnitOfWork(engine, tenant=slug) as uow:
+        keys = uow.revisions.some_storage_keys(limit=STORE_SAMPLE, other_than=_NO_REVISION)
+    return not keys or any(store.exists(key) for key in keys)
 
 
 def _schemas_detail(head: str, shared_ok: bool, tenants: int, behind: list[str]) -> str:

@@ -20,7 +20,10 @@ the database. A job that can never succeed (a payload without a revision, a tena
 processing fields, a value the database refuses) raises
 :class:`~dms.errors.PermanentFailure` with its reason and goes to the dead letter at once
 instead of being retried. A job whose revision no longer exists (its document was purged) has
-nothing left to verify and is done.
+nothing left to verify and is done. A missing blob is recorded as ``missing`` only when the
+store holds the tenant's other blobs: a store that holds none of them is the wrong store, and
+the job fails with :class:`~dms.errors.StorageError` (retried, then dead) saying which store it
+asked (:func:`require_plausible_store`).
 
 Enqueue it in the transaction that adds the revision (:func:`enqueue_verification`, or
 :func:`verification_jobs` with :func:`dms.jobs.enqueue_many` for a batch): a rolled back upload
@@ -37,7 +40,13 @@ from collections.abc import Iterable, Mapping
 from dms import jobs
 from dms.content import preview
 from dms.domain import FieldType, Revision
-from dms.errors import NotFound, PermanentFailure, UnreadableContent, ValidationError
+from dms.errors import (
+    NotFound,
+    PermanentFailure,
+    StorageError,
+    UnreadableContent,
+    ValidationError,
+)
 from dms.extraction import DEFAULT_EXTRACTORS, ExtractorRegistry, extract_text
 from dms.jobs import Enqueued, Handler, Job, NewJob
 from dms.services import (
@@ -55,6 +64,8 @@ INTEGRITY_FIELD = "Integrity"
 INTEGRITY_OUTCOMES = ("verified", "mismatch", "missing")
 PREVIEW_FIELD = "Preview"
 PREVIEW_CHARS = 200
+#: Other blobs of a tenant checked when one is missing: none of them there means a wrong store.
+STORE_SAMPLE = 5
 
 _log = logging.getLogger(__name__)
 
@@ -111,10 +122,11 @@ def _revision_id(job: Job) -> uuid.UUID:
         ) from None
 
 
-def _outcome(store: BlobStore, revision: Revision) -> tuple[str, str | None]:
+def _outcome(uow: UnitOfWork, store: BlobStore, revision: Revision) -> tuple[str, str | None]:
     try:
         content = store.get(revision.storage_key)
     except NotFound:
+        require_plausible_store(uow, store, revision)
         return "missing", None
     intact = (
         len(content) == revision.size_bytes
@@ -123,6 +135,24 @@ def _outcome(store: BlobStore, revision: Revision) -> tuple[str, str | None]:
     if not intact:
         return "mismatch", None
     return "verified", preview(content, revision.mime_type, chars=PREVIEW_CHARS)
+
+
+def require_plausible_store(uow: UnitOfWork, store: BlobStore, revision: Revision) -> None:
+    """Raise :class:`~dms.errors.StorageError` if ``store`` holds no blob of the tenant it checks.
+
+    Called when the blob of ``revision`` is missing: a missing file is an outcome to record,
+    but a store that holds none of :data:`STORE_SAMPLE` other blobs of the tenant is the wrong
+    store (a wrong ``--blobs``, an unmounted disk, another bucket), and recording ``missing``
+    on every document would hide that. The job fails instead (and is retried with backoff),
+    saying which store was asked.
+    """
+    others = uow.revisions.some_storage_keys(limit=STORE_SAMPLE, other_than=revision.id)
+    if others and not any(store.exists(key) for key in others):
+        raise StorageError(
+            f"the blob store {store.location} holds neither the blob of revision {revision.id} "
+            f"nor any of {len(others)} other blobs of tenant {uow.tenant}: is it the store "
+            "these files were written to? (dms worker --blobs, DMS_BLOBS)"
+        )
 
 
 def verify_revision(store: BlobStore) -> Handler[UnitOfWork]:
@@ -140,7 +170,7 @@ def verify_revision(store: BlobStore) -> Handler[UnitOfWork]:
         document = uow.documents.get(revision.document_id, include_deleted=True)
         if document.current_revision_id != revision.id:
             return  # superseded: the document's metadata describes its current file only
-        outcome, shown = _outcome(store, revision)
+        outcome, shown = _outcome(uow, store, revision)
         try:
             _record(uow, document.id, outcome, shown)
         except (NotFound, ValidationError) as exc:
@@ -179,7 +209,7 @@ def extract_revision(
         for revision in uow.revisions.current_among(wanted):
             try:
                 extracted = extract_text(
-                    _intact_content(store, revision), revision.mime_type, extractors
+                    _intact_content(uow, store, revision), revision.mime_type, extractors
                 )
             except UnreadableContent as exc:
                 unreadable[revision.id] = str(exc)
@@ -208,10 +238,11 @@ def _extraction_ids(job: Job) -> list[uuid.UUID]:
         ) from exc
 
 
-def _intact_content(store: BlobStore, revision: Revision) -> bytes:
+def _intact_content(uow: UnitOfWork, store: BlobStore, revision: Revision) -> bytes:
     try:
         content = store.get(revision.storage_key)
     except NotFound as exc:
+        require_plausible_store(uow, store, revision)
         raise UnreadableContent(f"its blob {revision.storage_key!r} is missing") from exc
     if len(content) != revision.size_bytes or (
         hashlib.sha256(content).hexdigest() != revision.sha256

@@ -81,6 +81,10 @@ class Tenant:
     created_at: datetime
 
 
+#: The class of the advisory locks of :func:`lock_name`.
+_NAME_LOCK = "dms.tenant-name"
+
+
 def validate_slug(slug: object) -> str:
     """Return ``slug`` if it is a valid tenant key, else raise :class:`InvalidTenantName`.
 
@@ -179,8 +183,23 @@ def _registry_errors() -> Iterator[None]:
         raise
 
 
+def lock_name(conn: Connection, slug: str) -> None:
+    """Hold the name ``slug`` until the end of the transaction, registered or not.
+
+    Registering a tenant takes it, and so does each step of releasing the blobs of a dropped
+    tenant of that name (:func:`dms.blobs.release_dropped_tenant`): a tenant created again
+    under the name waits for the step in flight, and the next step sees it registered.
+    """
+    conn.execute(
+        sa.select(
+            sa.func.pg_advisory_xact_lock(sa.func.hashtext(_NAME_LOCK), sa.func.hashtext(slug))
+        )
+    )
+
+
 def register(conn: Connection, slug: str) -> Tenant:
     """Add ``slug``'s registry row in ``conn``'s transaction; :class:`TenantExists` if taken."""
+    lock_name(conn, slug)
     with _registry_errors():
         row = conn.execute(
             insert(tenants)

@@ -14,12 +14,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 import psycopg
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms import logs
 from dms.cli import (
+    blobs,
     check,
     dev,
     folders,
@@ -34,14 +36,23 @@ from dms.cli import (
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import tell
 from dms.config import Settings
-from dms.errors import DmsError, NotMigrated
+from dms.errors import ConfigurationError, DmsError, NotMigrated
 from dms.logs import LOG_FORMATS, LOG_LEVELS
 
-__all__ = ["EXIT_CLOSED_PIPE", "build_parser", "main", "parse_arguments"]
+__all__ = [
+    "EXIT_CLOSED_PIPE",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "main",
+    "parse_arguments",
+]
 
 #: Exit status when the reader of stdout closed it (128 + SIGPIPE, as a shell reports a
 #: command that a closed pipe stopped).
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE
+#: Exit status of a command line that the parser refuses (argparse's).
+EXIT_USAGE = 2
 
 
 def _version() -> str:
@@ -58,9 +69,27 @@ def _log_level(args: argparse.Namespace, settings: Settings) -> str:
     return by_verbosity.get(args.verbose, "DEBUG")
 
 
+class UsageError(Exception):
+    """A command line that ``dms``'s parser refuses: said by :func:`parse_arguments`."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        """Keep the parser that refused (its usage line) and argparse's message."""
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals are raised: the caller says them, as JSON if asked."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise :class:`UsageError` instead of printing and exiting."""
+        raise UsageError(self, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dms``."""
-    parser = argparse.ArgumentParser(
+    """The argument parser of ``dms`` (its refusals raise :class:`UsageError`)."""
+    parser = _Parser(
         prog="dms",
         description="The core of a multi-tenant document-management backend on PostgreSQL: "
         "tenants, migrations, the job queue and development helpers.",
@@ -88,7 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain lines or one JSON object per line (default: DMS_LOG_FORMAT, else plain)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (tenants, schema, check, health, dev, folders, trash, jobs, importing, search):
+    for group in (
+        tenants,
+        schema,
+        check,
+        health,
+        dev,
+        folders,
+        trash,
+        blobs,
+        jobs,
+        importing,
+        search,
+    ):
         group.register(commands)
     return parser
 
@@ -105,12 +146,39 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     words after the command are set aside before parsing.
     """
     words = list(sys.argv[1:] if argv is None else argv)
-    command = _command_index(words)
-    if command is None or words[command] != "alembic":
-        return build_parser().parse_args(words)
-    args = build_parser().parse_args(words[: command + 1])
+    try:
+        command = _command_index(words)
+        if command is None or words[command] != "alembic":
+            return build_parser().parse_args(words)
+        args = build_parser().parse_args(words[: command + 1])
+    except UsageError as refused:
+        _say_usage_error(refused, words)
+        raise SystemExit(EXIT_USAGE) from None
     args.arguments = words[command + 1 :]
     return args
+
+
+def _say_usage_error(refused: UsageError, words: list[str]) -> None:
+    """As argparse says it (usage, then the error), or one JSON log line when JSON is asked."""
+    if _json_logs_asked(words):
+        logs.configure("ERROR", "json")
+        tell(f"error: {refused.parser.prog}: {refused.message}")
+        return
+    refused.parser.print_usage(sys.stderr)
+    sys.stderr.write(f"{refused.parser.prog}: error: {refused.message}\n")
+
+
+def _json_logs_asked(words: list[str]) -> bool:
+    """``--log-format json`` before the refusal could parse it, else ``DMS_LOG_FORMAT``."""
+    for index, word in enumerate(words):
+        if word.startswith("--log-format="):
+            return word == "--log-format=json"
+        if word == "--log-format":
+            return words[index + 1 : index + 2] == ["json"]
+    try:
+        return Settings.from_env().log_format == "json"
+    except ConfigurationError:
+        return False
 
 
 def _command_index(words: list[str]) -> int | None:

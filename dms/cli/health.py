@@ -32,6 +32,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=health.MAX_EXPIRED_LEASE,
         help="how long an expired lease may stay untaken (default 1m)",
     )
+    check.add_argument(
+        "--blobs",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="also check that this blob store holds the tenants' blobs (default: DMS_BLOBS "
+        "if set, else no such check)",
+    )
     add_json_flag(check)
     check.set_defaults(run=_healthcheck)
     metrics = commands.add_parser(
@@ -47,12 +53,16 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _healthcheck(ctx: Context, args: argparse.Namespace) -> int:
+    location = args.blobs or ctx.settings.blobs
     checks = health.check(
-        ctx.engine, max_queue_age=args.max_queue_age, max_expired_lease=args.max_expired_lease
+        ctx.engine,
+        max_queue_age=args.max_queue_age,
+        max_expired_lease=args.max_expired_lease,
+        store=ctx.store(location) if location else None,
     )
     healthy = all(c.ok for c in checks)
     figures = None
-    if checks[-1].name == "leases":  # the queue's tables exist: show its figures too
+    if any(c.name == "leases" for c in checks):  # the queue's tables exist: its figures too
         with ctx.engine.connect() as conn:
             figures = health.queue_health(conn, max_expired_lease=args.max_expired_lease)
     if args.json:

@@ -32,6 +32,28 @@ def tell(line: str, *, level: int = logging.ERROR) -> None:
     logging.getLogger(OPERATOR_LOGGER).log(level, line)
 
 
+def confirmed(args: argparse.Namespace, action: str, consequence: str = "") -> bool:
+    """Whether the operator agreed to ``action`` (it destroys): ``--yes``, or ``yes`` typed.
+
+    ``action`` reads after "refusing to" (``drop 'acme' and all its data``); ``consequence``
+    says what it destroys when the action alone does not. A terminal is asked (on stderr,
+    the answer read from stdin); anything else is refused with one line that names ``--yes``,
+    so that a script never waits for an answer.
+    """
+    if args.yes:
+        return True
+    detail = f": {consequence}" if consequence else ""
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        sys.stderr.write(f"{action[0].upper()}{action[1:]}{detail}.\nType yes to go on: ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() == "yes":
+            return True
+        tell("nothing done: the answer was not yes")
+        return False
+    tell(f"refusing to {action} without --yes{detail}")
+    return False
+
+
 def emit_json(value: Any) -> None:
     """Print ``value`` as one JSON document on stdout (dataclasses, enums, ids, times included)."""
     json.dump(value, sys.stdout, default=_plain, ensure_ascii=False)

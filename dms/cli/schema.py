@@ -11,7 +11,7 @@ from alembic.util import CommandError
 from dms import migrations, tenancy
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, jobs_of, progress, run_fleet
-from dms.cli.output import add_json_flag, emit_json, tell
+from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.errors import MigrationError, MigrationFailed
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.report import FleetReport, Outcome
@@ -63,8 +63,7 @@ def _migrate(ctx: Context, args: argparse.Namespace) -> int:
 
 def _downgrade(ctx: Context, args: argparse.Namespace) -> int:
     target = migrations.downgrade_target(ctx.engine, args.revision, tenant=args.tenant)
-    if target is None and not args.yes:
-        tell(f"refusing to downgrade to base without --yes: {_destroyed(ctx, args)}")
+    if target is None and not confirmed(args, "downgrade to base", _destroyed(ctx, args)):
         return EXIT_ERROR
     return _run(ctx, args, "downgrade", args.revision)
 

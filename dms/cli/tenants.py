@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from dms import placement, provisioning, tenancy
+from dms import blobs, placement, provisioning, tenancy
+from dms.cli.arguments import add_blobs_option
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.fleet import add_jobs_option, jobs_of, print_problems, progress, read_names, run_fleet
-from dms.cli.output import add_json_flag, emit_json, tell
+from dms.cli.output import add_json_flag, confirmed, emit_json, tell
+from dms.errors import StorageError, TenantExists
 from dms.fleet.report import FleetReport, Outcome
 
 _NAMES_HELP = "tenant keys: 1 to 40 characters a-z, 0-9 and _, starting with a letter"
@@ -38,6 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     drop.add_argument("-f", "--file", help=_FILE_HELP)
     drop.add_argument("--all", action="store_true", help="every registered tenant")
     drop.add_argument("--yes", action="store_true", help="confirm that the data goes")
+    add_blobs_option(drop)
     drop.add_argument(
         "--if-exists",
         action="store_true",
@@ -117,9 +120,8 @@ def _drop(ctx: Context, args: argparse.Namespace) -> int:
     names = [t.slug for t in tenancy.list_tenants(ctx.engine)] if args.all else _names(args)
     if names is None:
         return EXIT_ERROR
-    if not args.yes:
-        what = "every tenant" if args.all else _named(names)
-        tell(f"refusing to drop {what} and all {_its(names)} data without --yes")
+    what = "every tenant" if args.all else _named(names)
+    if not confirmed(args, f"drop {what} and all {_its(names)} data"):
         return EXIT_ERROR
     outcome = run_fleet(
         ctx,
@@ -135,7 +137,30 @@ def _drop(ctx: Context, args: argparse.Namespace) -> int:
     )
     if isinstance(outcome, int):
         return outcome
-    return _conclude(outcome, args.json, _dropped_line)
+    dropped = [r.tenant for r in outcome.tenants if r.outcome is Outcome.DROPPED]
+    released = _release_blobs(ctx, args.blobs, dropped)
+    status = _conclude(
+        outcome,
+        args.json,
+        lambda report: f"{_dropped_line(report)}; {released or 0} blob(s) released",
+        blobs_released=released,
+    )
+    return EXIT_ERROR if released is None else status
+
+
+def _release_blobs(ctx: Context, location: str | None, dropped: list[str]) -> int | None:
+    """Delete the dropped tenants' blobs from the store; ``None`` (said) if the store failed."""
+    if not dropped:
+        return 0
+    released = 0
+    store = ctx.store(location)
+    for tenant in dropped:
+        try:
+            released += blobs.release_dropped_tenant(ctx.engine, store, tenant)
+        except (StorageError, TenantExists) as exc:
+            tell(f"error: the blobs of tenant {tenant} stay: {exc}; `dms blobs gc` releases them")
+            return None
+    return released
 
 
 def _named(names: list[str]) -> str:
@@ -159,9 +184,11 @@ def _others(report: FleetReport) -> str:
     )
 
 
-def _conclude(report: FleetReport, as_json: bool, line: Callable[[FleetReport], str]) -> int:
+def _conclude(
+    report: FleetReport, as_json: bool, line: Callable[[FleetReport], str], **more: object
+) -> int:
     if as_json:
-        emit_json(report.as_json())
+        emit_json(report.as_json() | more)
     else:
         print_problems(report)
         if len(report.tenants) > 1 or not report.problems:

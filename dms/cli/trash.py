@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from dms.blobs import purge_trash
 from dms.cli.arguments import add_blobs_option, duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.output import add_json_flag, emit_json, tell
+from dms.cli.output import add_json_flag, confirmed, emit_json
 from dms.domain import Document
 from dms.uow import UnitOfWork
 
@@ -68,8 +68,8 @@ def _purge(ctx: Context, args: argparse.Namespace) -> int:
         if args.dry_run:
             _report(args, f"would purge {what}", count, 0, dry_run=True)
             return EXIT_OK
-        tell(f"refusing to purge {what} without --yes")
-        return EXIT_ERROR
+        if not confirmed(args, f"purge {what}"):
+            return EXIT_ERROR
     store = ctx.store(args.blobs)
     done = purge_trash(
         ctx.engine, tenant=args.tenant, store=store, deleted_before=cutoff, settings=ctx.settings

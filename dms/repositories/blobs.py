@@ -95,6 +95,17 @@ class BlobRepository(Repository):
             ).scalars()
         )
 
+    def registered_among(self, storage_keys: Iterable[str]) -> set[str]:
+        """Which of ``storage_keys`` are registered."""
+        keys = sorted(set(storage_keys))
+        if not keys:
+            return set()
+        return set(
+            self._execute(
+                sa.select(_b.c.storage_key).where(_recordset.any_of(_b.c.storage_key, keys))
+            ).scalars()
+        )
+
     def get(self, storage_key: str) -> Blob | None:
         """The registered blob of ``storage_key``, or ``None``."""
         row = self._execute(

@@ -133,6 +133,17 @@ class RevisionRepository(Repository):
         )
         return [revision(row) for row in rows]
 
+    def some_storage_keys(self, *, limit: int, other_than: uuid.UUID) -> list[str]:
+        """The storage keys of up to ``limit`` revisions other than ``other_than``, any of them.
+
+        No order: the first rows found, so that the read stops early on any table size.
+        """
+        return list(
+            self._execute(
+                sa.select(_r.c.storage_key).where(_r.c.id != other_than).limit(limit)
+            ).scalars()
+        )
+
     def add_many(self, revisions: Sequence[NewRevision]) -> list[uuid.UUID]:
         """Append the next revision of many live documents in one statement; return their ids.
 

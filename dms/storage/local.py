@@ -151,9 +151,9 @@ class LocalBlobStore:
         if content.staged is not None:
             content.staged.unlink(missing_ok=True)
 
-    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE) -> int:
-        """Remove staging files older than ``older_than`` (their writer died)."""
-        return sweep_directory(self.root / STAGING_DIR, older_than)
+    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE, dry_run: bool = False) -> int:
+        """Remove (or count) staging files older than ``older_than`` (their writer died)."""
+        return sweep_directory(self.root / STAGING_DIR, older_than, dry_run=dry_run)
 
     def _not_found(self, storage_key: str) -> NotFound:
         return NotFound(f"no blob stored under {storage_key!r} in {self.root}")

@@ -193,9 +193,9 @@ class S3BlobStore:
         if content.staged is not None:
             content.staged.unlink(missing_ok=True)
 
-    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE) -> int:
-        """Remove local staging files older than ``older_than`` (their writer died)."""
-        return sweep_directory(self.staging_dir, older_than)
+    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE, dry_run: bool = False) -> int:
+        """Remove (or count) local staging files older than ``older_than``."""
+        return sweep_directory(self.staging_dir, older_than, dry_run=dry_run)
 
     def _upload(self, name: str, content: Content) -> None:
         if content.staged is None:

@@ -116,8 +116,11 @@ class BlobStore(Protocol):
         """Remove the staging file of ``content``, if it has one."""
         ...
 
-    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE) -> int:
-        """Remove staging files older than ``older_than`` (a writer died); return how many."""
+    def sweep_staging(self, *, older_than: timedelta = STAGING_GRACE, dry_run: bool = False) -> int:
+        """Remove staging files older than ``older_than`` (a writer died); return how many.
+
+        ``dry_run``: only count them.
+        """
         ...
 
 
@@ -135,8 +138,8 @@ def stage_into(directory: Path, source: BinaryIO) -> Content:
     return Content(sha256=digest.hexdigest(), size_bytes=size, staged=path)
 
 
-def sweep_directory(directory: Path, older_than: timedelta) -> int:
-    """Remove the files of ``directory`` last changed over ``older_than`` ago."""
+def sweep_directory(directory: Path, older_than: timedelta, *, dry_run: bool = False) -> int:
+    """Remove (``dry_run``: count) the files of ``directory`` older than ``older_than``."""
     cutoff = (datetime.now(timezone.utc) - older_than).timestamp()
     removed = 0
     try:
@@ -146,7 +149,8 @@ def sweep_directory(directory: Path, older_than: timedelta) -> int:
     for entry in entries:
         try:
             if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
+                if not dry_run:
+                    os.unlink(entry.path)
                 removed += 1
         except FileNotFoundError:
             continue  # its writer moved it into place meanwhile

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import pty
 import subprocess
 import sys
 import uuid
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import QueuePool
 
-from dms import jobs, migrations, provisioning
+from dms import jobs, migrations, provisioning, tenancy
 from dms.cli import EXIT_CLOSED_PIPE, build_parser, main
 from dms.cli.context import Context
 from dms.cli.jobs import WORKER_EXTRA_CONNECTIONS, worker_engine
@@ -194,6 +195,39 @@ def test_error_lines_are_json_lines_when_asked(unmigrated_url: str) -> None:
         NOT_MIGRATED,
     )
     assert {"time", "level", "logger", "message"} == set(lines[0])
+
+
+@pytest.mark.parametrize(
+    ("asked", "environment"),
+    [(["--log-format", "json"], {}), (["--log-format=json"], {}), ([], {"DMS_LOG_FORMAT": "json"})],
+)
+def test_usage_errors_are_json_lines_when_asked(
+    asked: list[str], environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    refusal = "error: dms tenants: argument tenants_command: invalid choice: 'nope' (choose from "
+
+    plain = subprocess.run(
+        [sys.executable, "-m", "dms", "--log-format", "plain", "tenants", "nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    as_json = subprocess.run(
+        [sys.executable, "-m", "dms", *asked, "tenants", "nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert plain.returncode == 2
+    assert plain.stderr.splitlines()[0].startswith("usage: dms tenants ")
+    assert plain.stderr.splitlines()[1].startswith("dms tenants: error: argument tenants_command")
+    assert as_json.returncode == 2
+    [line] = [json.loads(line) for line in as_json.stderr.splitlines()]
+    assert (line["level"], line["logger"]) == ("ERROR", "dms.cli.operator")
+    assert line["message"].startswith(refusal)
 
 
 def test_jobs_enqueue_once_per_key_and_show(
@@ -458,3 +492,54 @@ def test_every_json_output_is_one_object_that_says_tenant(
     assert "slug" not in _keys(document)
     if "{tenant}" in command or command[0] == "tenants":
         assert tenant in json.dumps(document)
+
+
+def _on_a_terminal(database_url: URL, answer: bytes, *command: str) -> tuple[int, str]:
+    """Run ``dms`` with a terminal as stdin and stderr, answer its question; status, stderr."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dms", "--database-url", _url(database_url), *command],
+            stdin=terminal,
+            stdout=subprocess.DEVNULL,
+            stderr=terminal,
+        )
+        os.close(terminal)
+        seen = b""
+        while b"Type yes to go on: " not in seen:
+            chunk = _read(controller)
+            assert chunk, f"no question asked; the command said {seen!r}"
+            seen += chunk
+        os.write(controller, answer + b"\n")
+        status = process.wait(timeout=120)
+        while chunk := _read(controller):
+            seen += chunk
+    finally:
+        os.close(controller)
+    return status, seen.decode().replace("\r\n", "\n")
+
+
+def _read(descriptor: int) -> bytes:
+    try:
+        return os.read(descriptor, 4096)
+    except OSError:  # EIO: the command closed the terminal's other end
+        return b""
+
+
+def test_a_destruction_asked_on_a_terminal_goes_on_only_after_yes(database_url: URL) -> None:
+    slug = f"t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    provisioning.create_tenant(engine, slug)
+
+    kept_status, kept_said = _on_a_terminal(database_url, b"no", "tenants", "drop", slug)
+    registered_after_no = slug in {t.slug for t in tenancy.list_tenants(engine)}
+    dropped_status, dropped_said = _on_a_terminal(database_url, b"yes", "tenants", "drop", slug)
+    registered_after_yes = slug in {t.slug for t in tenancy.list_tenants(engine)}
+    engine.dispose()
+
+    question = f"Drop '{slug}' and all its data.\nType yes to go on: "
+    assert kept_said.startswith(question)
+    assert kept_said.endswith("nothing done: the answer was not yes\n")
+    assert (kept_status, registered_after_no) == (1, True)
+    assert dropped_said.startswith(question)
+    assert (dropped_status, registered_after_yes) == (0, False)

@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -23,7 +24,10 @@ from dms.cli.health import metrics_module
 from dms.errors import ConfigurationError, ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.metrics import registry_for
-from dms.users import create_users_stand_in
+from dms.services import add_revision, create_document
+from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
+from dms.users import create_user, create_users_stand_in
 from tests.jobs.conftest import wait_for
 
 
@@ -293,3 +297,38 @@ def test_an_address_that_does_not_resolve_is_refused(own_db: Engine) -> None:
 
     with pytest.raises(ConfigurationError, match=r"cannot serve metrics on no-such-host\.invalid:"):
         metrics.serve(own_db, 9187, address="no-such-host.invalid")
+
+
+def test_a_store_that_holds_none_of_the_tenants_blobs_fails_the_check(
+    own_db: Engine, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    provisioning.create_tenant(own_db, "acme")
+    with own_db.begin() as conn:
+        user_id = create_user(conn, email="a@example.com", display_name="A")
+    right = LocalBlobStore(tmp_path / "right", durable=False)
+    with UnitOfWork(own_db, tenant="acme", user_id=user_id) as uow:
+        for n in range(3):
+            stored = right.put(f"acme/{n}", b"bytes %d" % n)
+            document = create_document(uow, title=f"{n}.txt")
+            add_revision(
+                uow,
+                document.id,
+                storage_key=stored.storage_key,
+                sha256=stored.sha256,
+                size_bytes=stored.size_bytes,
+                mime_type="text/plain",
+            )
+        uow.commit()
+    right.delete("acme/0")  # one missing file is its document's finding, not the store's
+    command = ["--database-url", _url(own_db.url), "healthcheck", "--blobs"]
+
+    assert main([*command, str(right.root)]) == 0
+    healthy = capsys.readouterr().out.splitlines()
+    assert main([*command, str(tmp_path / "wrong")]) == 1
+    unhealthy = capsys.readouterr().out.splitlines()
+
+    assert f"ok    blobs     {right.root} holds the sampled blobs of 1 tenant(s)" in healthy
+    assert (
+        f"FAIL  blobs     {tmp_path / 'wrong'} holds none of the sampled blobs of 1 of 1 "
+        "tenant(s) (acme): is it the store their files were written to?"
+    ) in unhealthy

@@ -254,8 +254,11 @@ def test_cli_drop_needs_yes_and_reports_each(at_head: Engine, empty_database_url
     )
     assert dropped.returncode == 1
     assert dropped.stderr.splitlines() == ["error: tenant 'nope' does not exist"]
-    assert dropped.stdout.splitlines() == ["dropped 1 tenant(s); 1 not found"]
-    assert (everything.returncode, everything.stdout) == (0, "dropped 2 tenant(s)\n")
+    assert dropped.stdout.splitlines() == ["dropped 1 tenant(s); 1 not found; 0 blob(s) released"]
+    assert (everything.returncode, everything.stdout) == (
+        0,
+        "dropped 2 tenant(s); 0 blob(s) released\n",
+    )
     assert tenancy.list_tenants(at_head) == []
 
 

@@ -1,0 +1,240 @@
+"""The blob store's lifecycle: a dropped tenant's blobs released, ``dms blobs gc`` removing what
+no tenant needs (safely while a writer claims), and a wrong store failing loudly."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from dms import jobs, provisioning
+from dms.blobs import blobs_of, collect_garbage, release_dropped_tenant, store_contents
+from dms.cli import main
+from dms.domain import Blob, NewRevision
+from dms.errors import TenantExists
+from dms.jobs import JobState
+from dms.processing import (
+    VERIFY_REVISION,
+    define_processing_fields,
+    enqueue_verification,
+    handlers,
+)
+from dms.services import add_revision, create_document
+from dms.storage import BlobStore, Content, LocalBlobStore, content_key
+from dms.testing.blocking import row_lock_waits
+from dms.uow import UnitOfWork
+from tests.conftest import new_slug
+from tests.importing.conftest import digest
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _content(data: bytes) -> Content:
+    return Content(sha256=digest(data), size_bytes=len(data), data=data)
+
+
+def _document_with(
+    engine: Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    store: BlobStore,
+    data: bytes,
+    *,
+    verify: bool = False,
+) -> str:
+    """A document whose revision has ``data``, stored content-addressed; its key."""
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        key = store_contents(uow, store, [_content(data)]).keys[digest(data)]
+        document = create_document(uow, title=f"{uuid.uuid4().hex}.txt")
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=key,
+            sha256=digest(data),
+            size_bytes=len(data),
+            mime_type="text/plain",
+        )
+        if verify:
+            enqueue_verification(uow, revision)
+        uow.commit()
+    return key
+
+
+def _cli(engine: Engine, *arguments: str) -> int:
+    return main(["--database-url", engine.url.render_as_string(hide_password=False), *arguments])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalBlobStore:
+    return LocalBlobStore(tmp_path / "blobs", durable=False)
+
+
+def test_dropping_a_tenant_releases_its_blobs(
+    engine: Engine, user_id: uuid.UUID, store: LocalBlobStore, capsys: Capture
+) -> None:
+    doomed, kept = new_slug(), new_slug()
+    for slug in (doomed, kept):
+        provisioning.create_tenant(engine, slug)
+    doomed_keys = [_document_with(engine, doomed, user_id, store, b"doomed %d" % n) for n in (1, 2)]
+    kept_key = _document_with(engine, kept, user_id, store, b"kept")
+
+    status = _cli(engine, "tenants", "drop", doomed, "--yes", "--blobs", str(store.root))
+
+    assert status == 0
+    assert capsys.readouterr().out == f"dropped tenant {doomed}; 2 blob(s) released\n"
+    assert not any(store.exists(key) for key in doomed_keys)
+    assert list(store.objects(f"{doomed}/")) == []
+    assert store.exists(kept_key)
+    provisioning.drop_tenant(engine, kept)
+
+
+def test_the_blobs_of_a_registered_tenant_are_never_released_as_dropped(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    key = _document_with(engine, tenant, user_id, store, b"still in use")
+
+    with pytest.raises(TenantExists, match="registered"):
+        release_dropped_tenant(engine, store, tenant)
+
+    assert store.exists(key)
+
+
+def test_gc_removes_what_no_tenant_needs_and_keeps_every_referenced_blob(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, capsys: Capture
+) -> None:
+    referenced = _document_with(engine, tenant, user_id, store, b"referenced")
+    # A writer that died after its files, before its commit: a file no registry row knows.
+    unregistered = content_key(tenant, digest(b"written, never committed"))
+    store.put(unregistered, b"written, never committed")
+    # A release that never ran: a registered blob no revision references.
+    unreferenced = content_key(tenant, digest(b"claimed, never used"))
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        store_contents(uow, store, [_content(b"claimed, never used")])
+        uow.commit()
+    # What a dropped tenant left (its name is registered by no one).
+    gone_tenant = new_slug()
+    orphan = content_key(gone_tenant, digest(b"orphan"))
+    store.put(orphan, b"orphan")
+    # An import killed mid-file, long ago; and one staging right now.
+    old = store.stage(io.BytesIO(b"killed import"))
+    fresh = store.stage(io.BytesIO(b"running import"))
+    assert old.staged is not None
+    assert fresh.staged is not None
+    os.utime(old.staged, (time.time() - 7200, time.time() - 7200))
+    gc = ["blobs", "gc", "--blobs", str(store.root), "--tenant", tenant]
+
+    assert _cli(engine, *gc) == 1
+    refused = capsys.readouterr().err
+    assert _cli(engine, *gc, "--dry-run", "--json") == 0
+    counted = json.loads(capsys.readouterr().out)
+    assert all(store.exists(k) for k in (referenced, unregistered, unreferenced, orphan))
+    assert _cli(engine, *gc, "--yes") == 0
+    done = capsys.readouterr().out
+
+    assert refused == (
+        "refusing to remove 0 blob(s) of 0 dropped tenant(s), 1 unregistered and 1 "
+        f"unreferenced blob(s), 1 staging file(s) from {store.root} without --yes\n"
+    )
+    assert counted == {
+        "store": str(store.root),
+        "dry_run": True,
+        "dropped_tenants": [],
+        "unregistered": 1,
+        "unreferenced": 1,
+        "staging": 1,
+    }
+    assert done.startswith("removed 0 blob(s) of 0 dropped tenant(s), 1 unregistered and 1 ")
+    assert store.get(referenced) == b"referenced"
+    assert not store.exists(unregistered)
+    assert not store.exists(unreferenced)
+    assert store.exists(orphan)  # --tenant: only that tenant's files
+    assert not old.staged.exists()
+    assert fresh.staged.exists()
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert blobs_of(uow).registered_among([unregistered, unreferenced]) == set()
+
+    # Without --tenant, the dropped tenant's blobs go too.
+    garbage = collect_garbage(engine, store, tenants=None)
+    assert garbage.dropped_tenants == {gone_tenant: 1}
+    assert not store.exists(orphan)
+    assert store.exists(referenced)
+
+
+def test_gc_waits_for_a_writer_that_claimed_an_unregistered_file_and_keeps_it(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    data = b"written ahead by an import"
+    key = content_key(tenant, digest(data))
+    store.put(key, data)  # a file written ahead, not yet claimed
+    results: list[object] = []
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as writer:
+        blobs_of(writer).claim([Blob(storage_key=key, sha256=digest(data), size_bytes=len(data))])
+        collector = threading.Thread(
+            target=lambda: results.append(collect_garbage(engine, store, tenants=[tenant]))
+        )
+        collector.start()
+        for _ in range(300):  # the collector's registration waits for the writer's claim
+            with engine.connect() as conn:
+                if row_lock_waits(conn):
+                    break
+            time.sleep(0.05)
+        document = create_document(writer, title="written meanwhile.txt")
+        writer.revisions.add_many(
+            [
+                NewRevision(
+                    document_id=document.id,
+                    storage_key=key,
+                    sha256=digest(data),
+                    size_bytes=len(data),
+                    mime_type="text/plain",
+                )
+            ]
+        )
+        writer.commit()
+    collector.join(timeout=60)
+
+    assert not collector.is_alive()
+    assert len(results) == 1
+    assert store.get(key) == data
+
+
+def test_a_worker_on_the_wrong_store_fails_loudly_instead_of_marking_files_missing(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, tmp_path: Path
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        define_processing_fields(uow)
+        uow.commit()
+    for n in range(3):
+        _document_with(engine, tenant, user_id, store, b"file %d" % n, verify=True)
+    wrong = LocalBlobStore(tmp_path / "elsewhere")
+
+    with jobs.Worker(
+        engine,
+        {VERIFY_REVISION: handlers(wrong)[VERIFY_REVISION]},
+        kinds=[VERIFY_REVISION],
+        poll_seconds=0.05,
+        unit_of_work=UnitOfWork.factory(engine),
+    ):
+        failed = _wait_for_attempts(engine, tenant)
+
+    assert failed, "no verification job was attempted"
+    for job in failed:
+        assert job.state is not JobState.DONE
+        assert f"the blob store {wrong.root} holds neither the blob" in (job.last_error or "")
+
+
+def _wait_for_attempts(engine: Engine, tenant: str) -> list[jobs.Job]:
+    for _ in range(400):
+        with engine.connect() as conn:
+            listed = jobs.list_jobs(conn, tenant=tenant, kind=VERIFY_REVISION)
+        if listed and all(job.attempts >= 1 and job.last_error for job in listed):
+            return listed
+        time.sleep(0.05)
+    return []
