@@ -22,7 +22,7 @@ from dms.cli.arguments import (
 )
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
-from dms.cli.output import add_json_flag, emit_json, tell
+from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
@@ -87,7 +87,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=timedelta(days=7),
         help="finished at least this long ago (default 7d)",
     )
-    prune.add_argument("--include-dead", action="store_true", help="dead jobs too")
+    prune.add_argument(
+        "--include-dead", action="store_true", help="dead jobs too (needs --yes: no requeue then)"
+    )
+    prune.add_argument("--dry-run", action="store_true", help="only count what would go")
+    prune.add_argument("--yes", action="store_true", help="confirm that dead jobs go")
     prune.set_defaults(run=_prune)
 
 
@@ -288,7 +292,22 @@ def _requeue(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _prune(ctx: Context, args: argparse.Namespace) -> int:
-    with ctx.engine.begin() as conn:
-        result = jobs.prune(conn, older_than=args.older_than, include_dead=args.include_dead)
-    print(f"pruned {result.jobs} job(s) and {result.idempotency_keys} expired idempotency key(s)")
+    # Finished jobs past retention are history, pruned from cron without a question; dead
+    # ones could still be requeued, so deleting them is a destruction to confirm.
+    if args.include_dead and not args.dry_run:
+        counted = _pruned(ctx, args, keep=False)
+        if not confirmed(args, f"delete {counted.jobs} finished or dead job(s) for good"):
+            return EXIT_ERROR
+    result = _pruned(ctx, args, keep=not args.dry_run)
+    verb = "pruned" if not args.dry_run else "would prune"
+    print(f"{verb} {result.jobs} job(s) and {result.idempotency_keys} expired idempotency key(s)")
     return EXIT_OK
+
+
+def _pruned(ctx: Context, args: argparse.Namespace, *, keep: bool) -> jobs.PruneResult:
+    """Prune, committed if ``keep``, else rolled back: exact counts of what would go."""
+    with ctx.engine.connect() as conn, conn.begin() as transaction:
+        result = jobs.prune(conn, older_than=args.older_than, include_dead=args.include_dead)
+        if not keep:
+            transaction.rollback()
+    return result

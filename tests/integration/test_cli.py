@@ -9,12 +9,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from dms import UnitOfWork, jobs, provisioning
+from dms import UnitOfWork, jobs, migrations, provisioning
 from dms.cli import main
+from dms.errors import NotFound
 from dms.jobs import JobState
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
 from dms.services import define_field
-from dms.users import create_user
+from dms.users import create_user, create_users_stand_in
 
 
 def _url(url: URL) -> str:
@@ -217,3 +218,34 @@ def test_bad_job_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture
         main(argv)
     assert excinfo.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_pruning_dead_jobs_is_confirmed_and_a_dry_run_counts(
+    empty_database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine)
+    provisioning.create_tenant(engine, "acme")
+    with engine.begin() as conn:
+        job_id = jobs.enqueue(conn, "cli.prune", {}, tenant="acme", max_attempts=1).job_id
+        [job] = jobs.dequeue(conn, "cli-test", kinds=["cli.prune"])
+        jobs.fail(conn, job, "boom")
+    prune = ["--database-url", _url(empty_database_url), "jobs", "prune", "--older-than", "0s"]
+
+    assert main([*prune, "--include-dead"]) == 1
+    refused = capsys.readouterr().err
+    assert main([*prune, "--include-dead", "--dry-run"]) == 0
+    counted = capsys.readouterr().out
+    with engine.connect() as conn:
+        still_dead = jobs.get(conn, job_id).state
+    assert main([*prune, "--include-dead", "--yes"]) == 0
+    pruned = capsys.readouterr().out
+    with engine.connect() as conn, pytest.raises(NotFound):
+        jobs.get(conn, job_id)
+    engine.dispose()
+
+    assert refused == "refusing to delete 1 finished or dead job(s) for good without --yes\n"
+    assert counted == "would prune 1 job(s) and 0 expired idempotency key(s)\n"
+    assert still_dead is JobState.DEAD
+    assert pruned == "pruned 1 job(s) and 0 expired idempotency key(s)\n"
