@@ -48,7 +48,15 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.config import Settings
 from dms.domain import Blob
-from dms.errors import InvalidTenantName, InvariantViolation, TenantExists
+from dms.domain.validation import check_flag
+from dms.errors import (
+    InvalidTenantName,
+    InvariantViolation,
+    TenantExists,
+    TenantNotFound,
+    ValidationError,
+)
+from dms.jobs.validation import MAX_AGE, require_duration
 from dms.repositories.blobs import BlobRepository
 from dms.storage import BlobStore, Content, StoredObject, content_key, content_space
 from dms.storage.keys import sha256_of_content_key
@@ -315,10 +323,13 @@ def collect_garbage(
       the module docstring, so nothing that a revision references is ever deleted;
     - staging files older than ``staging_older_than``.
 
-    ``dry_run`` counts without changing anything.
+    ``dry_run`` counts without changing anything. Bad arguments, and a named tenant that is not
+    registered (:class:`~dms.errors.TenantNotFound`), are refused before anything changes.
     """
+    require_duration("staging_older_than", staging_older_than, maximum=MAX_AGE, zero=True)
+    check_flag("dry_run", dry_run)
     registered = {t.slug for t in tenancy.list_tenants(engine)}
-    chosen = sorted(registered) if tenants is None else [tenancy.validate_slug(t) for t in tenants]
+    chosen = sorted(registered) if tenants is None else _named_tenants(tenants, registered)
     dropped = {
         name: _count_or_release_dropped(engine, store, name, dry_run)
         for name in store.namespaces()
@@ -336,6 +347,16 @@ def collect_garbage(
         unreferenced=unreferenced,
         staging=staging,
     )
+
+
+def _named_tenants(tenants: object, registered: set[str]) -> list[str]:
+    if isinstance(tenants, str) or not isinstance(tenants, Sequence):
+        raise ValidationError(f"tenants must be a list of names, not {tenants!r:.80}")
+    names = [tenancy.validate_slug(name) for name in tenants]
+    unknown = sorted(set(names) - registered)
+    if unknown:
+        raise TenantNotFound(f"tenant {unknown[0]!r} does not exist")
+    return names
 
 
 def _count_or_release_dropped(engine: Engine, store: BlobStore, tenant: str, dry_run: bool) -> int:

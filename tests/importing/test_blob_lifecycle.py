@@ -9,6 +9,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from dms import jobs, provisioning
 from dms.blobs import blobs_of, collect_garbage, release_dropped_tenant, store_contents
 from dms.cli import main
 from dms.domain import Blob, NewRevision
-from dms.errors import TenantExists
+from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, ValidationError
 from dms.jobs import JobState
 from dms.processing import (
     VERIFY_REVISION,
@@ -238,3 +239,27 @@ def _wait_for_attempts(engine: Engine, tenant: str) -> list[jobs.Job]:
             return listed
         time.sleep(0.05)
     return []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"tenants": "acme"}, ValidationError),
+        ({"tenants": [5]}, InvalidTenantName),
+        ({"tenants": ["no_such_tenant_here"]}, TenantNotFound),
+        ({"staging_older_than": 3600}, ValidationError),
+        ({"staging_older_than": timedelta(seconds=-1)}, ValidationError),
+        ({"dry_run": "no"}, ValidationError),
+    ],
+)
+def test_gc_refuses_bad_arguments_before_anything_changes(
+    engine: Engine, tenant: str, store: LocalBlobStore, arguments: dict[str, object], error: type
+) -> None:
+    unregistered = content_key(tenant, digest(b"never claimed"))
+    store.put(unregistered, b"never claimed")
+    named = {"tenants": [tenant], **arguments}
+
+    with pytest.raises(error):
+        collect_garbage(engine, store, **named)  # type: ignore[arg-type]
+
+    assert store.exists(unregistered)
