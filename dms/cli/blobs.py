@@ -81,6 +81,7 @@ def _report(args: argparse.Namespace, store: BlobStore, garbage: Garbage, *, dry
         emit_json(
             {
                 "store": store.location,
+                "tenants": args.tenant,  # the tenants named, or null: every tenant
                 "dry_run": dry_run,
                 "dropped_tenants": [
                     {"tenant": tenant, "blobs": count}

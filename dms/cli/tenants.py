@@ -12,6 +12,7 @@ from dms.cli.fleet import add_jobs_option, jobs_of, print_problems, progress, re
 from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.errors import StorageError, TenantExists
 from dms.fleet.report import FleetReport, Outcome
+from dms.storage import content_space
 
 _NAMES_HELP = "tenant keys: 1 to 40 characters a-z, 0-9 and _, starting with a letter"
 _FILE_HELP = "also the tenant keys in FILE, one per line (- for standard input)"
@@ -40,6 +41,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     drop.add_argument("-f", "--file", help=_FILE_HELP)
     drop.add_argument("--all", action="store_true", help="every registered tenant")
     drop.add_argument("--yes", action="store_true", help="confirm that the data goes")
+    drop.add_argument(
+        "--dry-run", action="store_true", help="only say which tenants and blobs would go"
+    )
     add_blobs_option(drop)
     drop.add_argument(
         "--if-exists",
@@ -120,6 +124,8 @@ def _drop(ctx: Context, args: argparse.Namespace) -> int:
     names = [t.slug for t in tenancy.list_tenants(ctx.engine)] if args.all else _names(args)
     if names is None:
         return EXIT_ERROR
+    if args.dry_run:
+        return _dry_drop(ctx, args, names)
     what = "every tenant" if args.all else _named(names)
     if not confirmed(args, f"drop {what} and all {_its(names)} data"):
         return EXIT_ERROR
@@ -146,6 +152,31 @@ def _drop(ctx: Context, args: argparse.Namespace) -> int:
         blobs_released=released,
     )
     return EXIT_ERROR if released is None else status
+
+
+def _dry_drop(ctx: Context, args: argparse.Namespace, names: list[str]) -> int:
+    """What ``tenants drop`` would drop: the registered ones among ``names``, their blobs."""
+    with ctx.engine.connect() as conn:
+        registered = tenancy.registered_slugs(conn, names)
+    store = ctx.store(args.blobs)
+    blobs_of = {
+        name: sum(1 for _ in store.objects(content_space(name))) for name in sorted(registered)
+    }
+    missing = sorted(set(names) - registered)
+    if args.json:
+        emit_json(
+            {
+                "dry_run": True,
+                "tenants": [{"tenant": name, "blobs": count} for name, count in blobs_of.items()],
+                "not_found": missing,
+            }
+        )
+    else:
+        print(
+            f"would drop {len(blobs_of)} tenant(s) and {sum(blobs_of.values())} blob(s) from "
+            f"{store.location}" + (f"; {len(missing)} not found" if missing else "")
+        )
+    return EXIT_OK
 
 
 def _release_blobs(ctx: Context, location: str | None, dropped: list[str]) -> int | None:

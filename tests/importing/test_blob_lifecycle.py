@@ -86,10 +86,16 @@ def test_dropping_a_tenant_releases_its_blobs(
     doomed_keys = [_document_with(engine, doomed, user_id, store, b"doomed %d" % n) for n in (1, 2)]
     kept_key = _document_with(engine, kept, user_id, store, b"kept")
 
-    status = _cli(engine, "tenants", "drop", doomed, "--yes", "--blobs", str(store.root))
+    drop = ["tenants", "drop", doomed, "nobody_here", "--blobs", str(store.root)]
 
-    assert status == 0
-    assert capsys.readouterr().out == f"dropped tenant {doomed}; 2 blob(s) released\n"
+    assert _cli(engine, *drop, "--dry-run") == 0
+    would = capsys.readouterr().out
+    assert all(store.exists(key) for key in doomed_keys)
+    status = _cli(engine, *drop, "--yes")
+
+    assert would == f"would drop 1 tenant(s) and 2 blob(s) from {store.root}; 1 not found\n"
+    assert status == 1  # one name was not found
+    assert capsys.readouterr().out == "dropped 1 tenant(s); 1 not found; 2 blob(s) released\n"
     assert not any(store.exists(key) for key in doomed_keys)
     assert list(store.objects(f"{doomed}/")) == []
     assert store.exists(kept_key)
@@ -145,6 +151,7 @@ def test_gc_removes_what_no_tenant_needs_and_keeps_every_referenced_blob(
     )
     assert counted == {
         "store": str(store.root),
+        "tenants": [tenant],
         "dry_run": True,
         "dropped_tenants": [],
         "unregistered": 1,

@@ -471,6 +471,7 @@ def _keys(value: object) -> set[str]:
         ["folders", "list", "--tenant", "{tenant}"],
         ["folders", "tree", "--tenant", "{tenant}"],
         ["trash", "list", "--tenant", "{tenant}"],
+        ["blobs", "gc", "--tenant", "{tenant}", "--dry-run", "--blobs", "/nonexistent/dms-blobs"],
         ["search", "config", "--tenant", "{tenant}"],
         ["search", "--tenant", "{tenant}", "words"],
     ],
