@@ -11,6 +11,7 @@ from datetime import timedelta
 from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, tenancy
+from dms.cli.apps import load_handlers
 from dms.cli.arguments import (
     add_blobs_option,
     duration,
@@ -26,7 +27,6 @@ from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
-from dms.processing import handlers
 from dms.worker import Worker
 
 
@@ -34,7 +34,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add ``worker`` and ``jobs`` with its subcommands to ``commands``."""
     worker = commands.add_parser("worker", help="process jobs until SIGTERM or Ctrl-C")
     worker.add_argument("--concurrency", type=positive, default=1, help="threads (default 1)")
-    worker.add_argument("--kinds", nargs="+", help="only these job kinds")
+    worker.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTRIBUTE",
+        help="also the job handlers of this app: a mapping of kinds to handlers, or a callable "
+        "taking the blob store that returns one (repeatable; dms's own handlers always run)",
+    )
+    worker.add_argument("--kinds", nargs="+", help="only these job kinds (each needs a handler)")
     worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
     add_blobs_option(worker)
     worker.add_argument(
@@ -148,10 +156,9 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     with engine.connect() as conn:
         # Without its table a worker would retry its claims forever.
         require_migrated(conn)
-    blobs = ctx.store(args.blobs)
     worker = Worker(
         engine,
-        handlers(blobs),
+        load_handlers(args.app, ctx.store(args.blobs)),
         concurrency=args.concurrency,
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),

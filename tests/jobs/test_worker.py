@@ -133,19 +133,26 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
     assert count_effects(engine, effects, job_id) == 0
 
 
-def test_a_kind_without_handler_goes_dead_with_a_clear_error(
+def _nothing(transaction: object, job: jobs.Job, /) -> None:
+    """A handler with no effect."""
+
+
+def test_a_kind_without_handler_is_refused_and_its_jobs_wait_for_a_worker_that_has_one(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     unknown = f"{kind}.unknown"
     (job_id,) = _enqueue(engine, unknown, tenant)
-    worker = jobs.Worker(engine, {kind: record_effect}, kinds=[kind, unknown], poll_seconds=0.1)
-    with worker:
-        wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
-    job = _state_of(engine, job_id)
-    assert job.attempts == 1
-    assert job.last_error == (
-        f"no handler for job kind {unknown!r} in this worker (handlers: {kind})"
-    )
+
+    with pytest.raises(ValidationError, match=rf"no handler for job kind\(s\) {unknown} "):
+        jobs.Worker(engine, {kind: _nothing}, kinds=[kind, unknown])
+    with jobs.Worker(engine, {kind: _nothing}, poll_seconds=0.05):
+        (handled,) = _enqueue(engine, kind, tenant)  # after the unknown one: claimed past it
+        wait_for(lambda: _state_of(engine, handled).state is jobs.JobState.DONE)
+    waiting = _state_of(engine, job_id)
+    with jobs.Worker(engine, {unknown: _nothing}, poll_seconds=0.05):
+        wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DONE)
+
+    assert (waiting.state, waiting.attempts) == (jobs.JobState.QUEUED, 0)
 
 
 def test_bad_worker_settings_are_refused() -> None:

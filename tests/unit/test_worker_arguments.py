@@ -77,7 +77,7 @@ def test_an_engine_is_required() -> None:
 def test_sensible_arguments_are_kept() -> None:
     worker = Worker(
         NOWHERE,
-        {"k": _noop},
+        {"k": _noop, "other": _noop, "unclaimed": _noop},
         concurrency=8,
         kinds=["k", "other", "k"],
         lease=timedelta(seconds=1),
@@ -88,6 +88,11 @@ def test_sensible_arguments_are_kept() -> None:
     )
     assert worker.name == "host:1:é"
     assert worker.stats().runners == 8
+
+
+def test_kinds_without_handlers_are_refused_by_name() -> None:
+    with pytest.raises(ValidationError, match=r"no handler for job kind\(s\) a, b \(handlers: k\)"):
+        Worker(NOWHERE, {"k": _noop}, kinds=["k", "b", "a"])
 
 
 _text = st.one_of(st.text(), st.sampled_from(HOSTILE_TEXT))

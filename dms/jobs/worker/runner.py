@@ -101,18 +101,10 @@ class Runner(Generic[U]):
         """Run ``claim``'s handler and settle it, or hand it to the completer."""
         if not self._book.start(claim):
             return  # let go meanwhile (a stop): it was released
-        handler = self._handlers.get(claim.job.kind)
-        if handler is None:
-            self._book.finish(claim, deferred=False)
-            self._settler.fail(claim, self._no_handler(claim.job), retry=False)
-            return
-        deferred = self._run(handler, claim)
+        # The worker claims only kinds it has handlers for (checked when it was made).
+        deferred = self._run(self._handlers[claim.job.kind], claim)
         if self._book.finish(claim, deferred=deferred):
             self._acks.put(claim)
-
-    def _no_handler(self, job: Job) -> str:
-        known = ", ".join(sorted(self._handlers)) or "none"
-        return f"no handler for job kind {job.kind!r} in this worker (handlers: {known})"
 
     def _run(self, handler: Handler[U], claim: Claim) -> bool:
         """Run ``handler``; True if it succeeded without using the database (completion deferred).

@@ -54,9 +54,9 @@ CLAIMERS = 2
 class Worker(Generic[U]):
     """``concurrency`` runner threads that claim jobs of ``kinds`` and run their handlers.
 
-    ``kinds`` defaults to the kinds of ``handlers``. A claimed job whose kind has no handler
-    (``kinds`` names more than ``handlers``) goes to the dead letter at once with an error
-    naming the kind: no retry on this worker could run it; requeue it once a worker can.
+    ``kinds`` defaults to the kinds of ``handlers``; a subset of them narrows what the worker
+    claims, and a kind without a handler is refused here (the worker would only send its jobs
+    to the dead letter). A job whose kind no running worker handles waits, queued, for one.
     ``backoff`` sets retry policies per kind (a job's own policy still wins).
     ``unit_of_work``: makes the unit of work each handler runs in, ``unit_of_work(tenant=...)``
     (default: :meth:`default_unit_of_work`, a :class:`~dms.jobs.worker.TenantTransaction`
@@ -97,6 +97,12 @@ class Worker(Generic[U]):
         self._kinds = arguments.kinds(self._handlers if kinds is None else kinds)
         if not self._kinds:
             raise ValidationError("the worker has no kinds to work: give handlers or kinds")
+        unhandled = sorted(set(self._kinds) - set(self._handlers))
+        if unhandled:
+            raise ValidationError(
+                f"no handler for job kind(s) {', '.join(unhandled)} "
+                f"(handlers: {', '.join(sorted(self._handlers)) or 'none'})"
+            )
         self._lease = arguments.lease(lease)
         self._poll_seconds = arguments.seconds("poll_seconds", poll_seconds, positive=True)
         self._grace_seconds = arguments.seconds("grace_seconds", grace_seconds, positive=False)

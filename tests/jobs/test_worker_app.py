@@ -1,0 +1,103 @@
+"""``dms worker --app module:attribute``: an application's handlers beside dms's own, and the
+refusals that keep a worker from starting with handlers it does not have."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL, Engine
+
+from dms import jobs
+from dms.cli import main
+from dms.cli.apps import load_handlers
+from dms.errors import ConfigurationError
+from dms.processing import VERIFY_REVISION
+from dms.services import EXTRACT_REVISION
+from dms.storage import LocalBlobStore
+from tests.jobs.app_example import GREET, STORED, greet
+
+
+def _url(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def test_apps_add_their_handlers_to_dms_own(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+
+    loaded = load_handlers(
+        ["tests.jobs.app_example:handlers", "tests.jobs.app_example:with_store"], store
+    )
+
+    assert set(loaded) == {VERIFY_REVISION, EXTRACT_REVISION, GREET, STORED}
+    assert loaded[GREET] is greet
+    assert set(load_handlers([], store)) == {VERIFY_REVISION, EXTRACT_REVISION}
+    assert set(load_handlers(["dms.processing:handlers"], store)) == {
+        VERIFY_REVISION,
+        EXTRACT_REVISION,
+    }
+
+
+@pytest.mark.parametrize(
+    ("app", "says"),
+    [
+        ("tests.jobs.app_example", "write it module:attribute"),
+        (":handlers", "write it module:attribute"),
+        ("tests.jobs.no_such_module:handlers", "cannot import tests.jobs.no_such_module"),
+        ("tests.jobs.app_example:nothing_here", "tests.jobs.app_example has no nothing_here"),
+        ("tests.jobs.app_example:not_an_app", "not a mapping of job kinds to handlers"),
+        ("tests.jobs.app_example:greet", "calling it with the blob store failed"),
+        ("tests.jobs.app_example:clashing", "'revision.verify' is handled by dms.processing"),
+    ],
+)
+def test_an_app_that_cannot_be_loaded_is_named(app: str, says: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=f"--app {app}: .*{says}"):
+        load_handlers([app], LocalBlobStore(tmp_path))
+
+
+def test_dms_worker_refuses_a_kind_it_has_no_handler_for(
+    database_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["--database-url", _url(database_url), "worker", "--kinds", "thumbnail.make"])
+
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "error: no handler for job kind(s) thumbnail.make "
+        "(handlers: revision.extract, revision.verify)\n"
+    )
+
+
+@pytest.mark.slow
+def test_dms_worker_runs_an_apps_handlers(
+    database_url: URL, engine: Engine, tenant: str, tmp_path: Path
+) -> None:
+    with engine.begin() as conn:
+        job_id = jobs.enqueue(conn, GREET, {}, tenant=tenant).job_id
+    command = [sys.executable, "-m", "dms", "--database-url", _url(database_url), "worker"]
+    app = ["--app", "tests.jobs.app_example:handlers", "--kinds", GREET, "--blobs", str(tmp_path)]
+    worker = subprocess.Popen([*command, *app], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        state = _state_when_settled(engine, job_id)
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=60)
+
+    assert state is jobs.JobState.DONE
+    assert worker.returncode == 0, err
+
+
+def _state_when_settled(engine: Engine, job_id: uuid.UUID) -> jobs.JobState:
+    deadline = time.monotonic() + 60
+    while True:
+        with engine.connect() as conn:
+            state = jobs.get(conn, job_id).state
+        if (
+            state not in (jobs.JobState.QUEUED, jobs.JobState.RUNNING)
+            or time.monotonic() > deadline
+        ):
+            return state
+        time.sleep(0.1)
