@@ -36,6 +36,9 @@ from dms.jobs.validation import (
 
 #: How long a claim holds a job before another worker may take it over.
 LEASE_SECONDS = 30
+#: Most tenants one claim walks (fewer when it claims fewer jobs): a claim costs an index
+#: probe per tenant walked, and claims go round more tenants than this by :func:`next_after`.
+CLAIM_TENANTS = 64
 
 
 def dequeue(
@@ -46,10 +49,15 @@ def dequeue(
     limit: int = 1,
     lease: timedelta = timedelta(seconds=LEASE_SECONDS),
     reclaim: bool = True,
+    after_tenant: str = "",
 ) -> list[Job]:
     """Claim up to ``limit`` runnable jobs for ``worker_id`` (of ``kinds``, default any).
 
-    Runnable: ``queued`` with ``run_at`` passed, by ``priority``, then ``run_at``. A claim sets
+    Runnable: ``queued`` with ``run_at`` passed. The claim is shared between the tenants that
+    have runnable jobs, walked in name order after ``after_tenant`` (at most
+    :data:`CLAIM_TENANTS`, and at most ``limit``): each gets an equal share, its jobs by
+    ``priority``, then ``run_at``; to go round every tenant, pass the previous claim's
+    :func:`next_after` (``dms.jobs.Worker`` does). A claim sets
     ``state = 'running'``, ``locked_by``, the lease and ``attempts + 1``. Rows locked by other
     claims are skipped, not waited for. Commit promptly: the claim is invisible to other workers
     until then.
@@ -69,40 +77,66 @@ def dequeue(
     """
     require_claim(worker_id, kinds, limit, lease)
     require_flag("reclaim", reclaim)
+    if after_tenant != "":
+        require_name("after_tenant", after_tenant)
     conn = connection_of(target)
     if reclaim:
         reclaim_expired(conn, kinds=kinds)
+    params = claim_params(worker_id, kinds, limit, lease, after_tenant)
     if _autocommit(conn):
-        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+        return _claim(conn, worker_id, params)
     previous = conn.execute(queue_order_statement()).scalar_one()
     try:
-        return _claim(conn, worker_id, kinds=kinds, limit=limit, lease=lease)
+        return _claim(conn, worker_id, params)
     finally:
         if previous != "off":
             conn.execute(restore_order_statement(), {"value": previous})
 
 
-def _claim(
-    conn: Connection,
-    worker_id: str,
-    *,
-    kinds: Collection[str] | None,
-    limit: int,
-    lease: timedelta,
-) -> list[Job]:
-    params = claim_params(worker_id, kinds, limit, lease)
-    document = conn.execute(claim_statement(kinds is not None), params).scalar_one()
+def _claim(conn: Connection, worker_id: str, params: dict[str, Any]) -> list[Job]:
+    document = conn.execute(claim_statement("kinds" in params), params).scalar_one()
     return claimed_jobs(document, worker_id)
 
 
 def claim_params(
-    worker_id: str, kinds: Collection[str] | None, limit: int, lease: timedelta
+    worker_id: str,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+    after_tenant: str = "",
 ) -> dict[str, Any]:
     """The parameters of :func:`~dms.jobs.statements.claim_statement`."""
-    params: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "lease": lease}
+    params: dict[str, Any] = {
+        "worker_id": worker_id,
+        "limit": limit,
+        "lease": lease,
+        "after_tenant": after_tenant,
+        "tenants": walked_tenants(limit),
+    }
     if kinds is not None:
         params["kinds"] = list(kinds)
     return params
+
+
+def walked_tenants(limit: int) -> int:
+    """How many tenants a claim of ``limit`` jobs walks at most."""
+    return min(CLAIM_TENANTS, limit)
+
+
+def next_after(claimed: Collection[Job], limit: int, after: str = "") -> str:
+    """Where the next claim's walk starts, after a claim of ``limit`` from ``after``.
+
+    After the last tenant of a full walk (the claim got jobs of as many tenants as it walks),
+    so that the next claim serves the tenants that come after it. The walk goes past the last
+    tenant to the first ones (those not after ``after``), so its last tenant is the greatest
+    of those if it got there, else the greatest of all. After a walk that was not full, every
+    tenant with runnable jobs got its share: from the first one again.
+    """
+    tenants = {job.tenant for job in claimed}
+    if len(tenants) < walked_tenants(limit):
+        return ""
+    wrapped = [tenant for tenant in tenants if tenant <= after]
+    return max(wrapped or tenants)
 
 
 def _autocommit(conn: Connection) -> bool:

@@ -30,8 +30,11 @@ def claim_batch(
     kinds: Collection[str] | None,
     limit: int,
     lease: timedelta,
+    after_tenant: str = "",
 ) -> list[Job]:
     """:func:`dequeue` without the reclaim, in a transaction of its own: a worker's claim.
+
+    ``after_tenant``: where the claim's walk of tenants starts (see :func:`dequeue`).
 
     ``BEGIN``, the claimer's settings (see :func:`claimer_settings_statement`), the claim and
     ``COMMIT`` go to the server together, in psycopg's pipeline mode: one round trip instead of
@@ -47,7 +50,7 @@ def claim_batch(
         raise ValidationError("claim_batch needs a psycopg connection")
     if driver.info.transaction_status != _IDLE:
         raise ValidationError("claim_batch runs its own transaction: call it outside one")
-    params = claim_params(worker_id, kinds, limit, lease)
+    params = claim_params(worker_id, kinds, limit, lease, after_tenant)
     settings = _compiled(claimer_settings_statement(), conn.dialect)
     claim = _compiled(claim_statement(kinds is not None), conn.dialect)
     autocommit = driver.autocommit

@@ -186,7 +186,7 @@ def queue_order_statement() -> sa.Executable:
     """``SET LOCAL enable_sort = off``, returning the previous value.
 
     A materialized CTE reads the previous value before the change. The claim's only sort-free
-    plan is the ordered scan of ``ix_processing_jobs_dequeue`` that stops after ``limit`` rows.
+    plan is the ordered scan of ``ix_processing_jobs_claim`` that stops after ``limit`` rows.
     With statistics taken while the queue was nearly empty (a fresh table, or a burst of jobs
     since the last ANALYZE) the planner otherwise picks a bitmap scan and sorts every queued row
     on each claim: 13 ms instead of 0.1 ms for 20,000 queued jobs, measured.
@@ -295,33 +295,55 @@ def release_unheld_statement() -> sa.Executable:
 
 @functools.cache
 def claim_statement(filtered: bool) -> sa.Executable:
-    """Claim up to ``:limit`` queued jobs and return them as one document.
+    """Claim up to ``:limit`` queued jobs, shared between tenants, and return them as one document.
 
-    ``WITH claimed AS (UPDATE ... WHERE id = ANY(ARRAY(SELECT id ... LIMIT n FOR UPDATE SKIP
-    LOCKED)) RETURNING *) SELECT`` the document. The hot path, kept to one index scan of
-    ``ix_processing_jobs_dequeue`` (queued rows only, in claim order) and primary-key lookups:
-    no expired-lease branch (see :func:`reclaim_expired`), no per-row CASE. The picked ids go
-    to the update as one array, looked up in the primary key whatever the statistics say:
-    joined with the table instead, a claim of 500 jobs was planned as a hash join over a
-    sequential scan of the whole table (14 ms of 23 with 40,000 rows in it, growing with every
-    finished job kept).
+    Fair between tenants, in one statement:
+
+    1. **walk** the tenants that have runnable jobs, in name order after ``:after_tenant`` and
+       on from the first one past the last, at most ``:tenants`` of them (:func:`_walk`): a
+       recursive CTE that probes ``ix_processing_jobs_claim`` (queued rows by tenant) once per
+       tenant, whatever each one's backlog;
+    2. **share**: from each tenant walked, its first ``ceil(:limit / tenants walked)`` runnable
+       jobs in its own order (``priority``, then ``run_at``), ``FOR UPDATE SKIP LOCKED`` in a
+       lateral subquery on the same index, at most ``:limit`` in all;
+    3. **claim** them: ``UPDATE ... WHERE id = ANY(ARRAY(...)) RETURNING``, primary-key lookups
+       whatever the statistics say (joined with the table instead, a claim of 500 jobs was
+       planned as a hash join over a sequential scan of the whole table).
+
+    A tenant with 200,000 jobs and one with a single job each get half of a claim; alone, a
+    tenant gets all of it. The caller passes the last tenant of a full walk as the next
+    ``:after_tenant`` (:func:`dms.jobs.claims.next_after`), so with more tenants than one walk
+    visits, the claims go round all of them. Priority orders jobs within a tenant, not between
+    tenants. No expired-lease branch (see :func:`reclaim_expired`).
     """
-    picked = (
-        sa.select(jobs.c.id)
-        .where(
-            jobs.c.state == JobState.QUEUED.value,
-            jobs.c.run_at <= sa.func.now(),
-            _of_kinds(filtered),
-        )
-        .order_by(jobs.c.priority, jobs.c.run_at, jobs.c.id)
-        .limit(sa.bindparam("limit", type_=sa.Integer))
-        .with_for_update(skip_locked=True)
+    ready = _ready(jobs, filtered)
+    queue_order = (jobs.c.priority, jobs.c.run_at, jobs.c.id)
+    after = sa.bindparam("after_tenant", type_=sa.Text)
+    walk = _walk(filtered, after)
+    visited = (
+        sa.select(walk.c.tenant)
+        .where(walk.c.tenant.is_not(None), sa.or_(~walk.c.wrapped, walk.c.tenant <= after))
+        .cte("visited")
+    )
+    limit = sa.bindparam("limit", type_=sa.Integer)
+    share = (
+        sa.select(sa.cast(sa.func.ceil(sa.cast(limit, sa.Numeric) / sa.func.count()), sa.Integer))
+        .select_from(visited)
         .scalar_subquery()
     )
+    own = (
+        sa.select(jobs.c.id)
+        .where(jobs.c.tenant == visited.c.tenant, ready)
+        .order_by(*queue_order)
+        .limit(share)
+        .with_for_update(skip_locked=True)
+        .lateral("own")
+    )
+    picked = sa.select(own.c.id).select_from(visited.join(own, sa.true())).limit(limit)
     started_at, lease_expires_at = lease_stamps()
     claimed = (
         sa.update(jobs)
-        .where(jobs.c.id == any_of(picked))
+        .where(jobs.c.id == any_of(picked.scalar_subquery()))
         .values(
             state=JobState.RUNNING.value,
             attempts=jobs.c.attempts + 1,
@@ -333,6 +355,61 @@ def claim_statement(filtered: bool) -> sa.Executable:
         .cte("claimed")
     )
     return claim_document(claimed)
+
+
+def _walk(filtered: bool, after: sa.BindParameter[str]) -> sa.CTE:
+    """The tenants with runnable jobs after ``after``, then (``wrapped``) from the first one.
+
+    ``WITH RECURSIVE walk(tenant, step, wrapped)``: each step is one probe of
+    ``ix_processing_jobs_claim`` for the next tenant; past the last one the walk goes on from
+    the first tenant, and stops at ``:tenants`` steps or where it started.
+    """
+
+    def first_after(bound: sa.ColumnElement[str]) -> sa.ScalarSelect[str]:
+        later = jobs.alias()
+        return (
+            sa.select(later.c.tenant)
+            .where(_ready(later, filtered), later.c.tenant > bound)
+            .order_by(later.c.tenant, later.c.priority, later.c.run_at, later.c.id)
+            .limit(1)
+            .correlate_except(later)  # ``bound`` may be the walk's column, two levels up
+            .scalar_subquery()
+        )
+
+    first = sa.literal("", sa.Text)
+    start = sa.select(first_after(after).label("tenant")).subquery("start")
+    walk = sa.select(
+        sa.func.coalesce(start.c.tenant, first_after(first)).label("tenant"),
+        sa.literal(1).label("step"),
+        start.c.tenant.is_(None).label("wrapped"),
+    ).cte("walk", recursive=True)
+    following = sa.select(first_after(walk.c.tenant).label("tenant")).lateral("following")
+    return walk.union_all(
+        sa.select(
+            sa.case(
+                (following.c.tenant.is_not(None), following.c.tenant),
+                (~walk.c.wrapped, first_after(first)),
+            ),
+            walk.c.step + 1,
+            walk.c.wrapped | following.c.tenant.is_(None),
+        )
+        .select_from(walk.join(following, sa.true()))
+        .where(
+            walk.c.tenant.is_not(None),
+            walk.c.step < sa.bindparam("tenants", type_=sa.Integer),
+            ~(walk.c.wrapped & (walk.c.tenant >= after)),
+        )
+    )
+
+
+def _ready(table: sa.FromClause, filtered: bool) -> sa.ColumnElement[bool]:
+    """Runnable rows of ``table`` (of ``:kinds`` when ``filtered``)."""
+    condition = sa.and_(table.c.state == JobState.QUEUED.value, table.c.run_at <= sa.func.now())
+    if filtered:
+        condition = sa.and_(
+            condition, table.c.kind == sa.any_(sa.bindparam("kinds", type_=ARRAY(sa.Text)))
+        )
+    return condition
 
 
 def _fence() -> sa.ColumnElement[bool]:

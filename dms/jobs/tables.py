@@ -4,10 +4,11 @@ Both tables carry an explicit schema (``dms``, the MetaData's default), so a con
 a tenant with ``schema_translate_map={None: ...}`` leaves them alone: the queue is one table for
 the whole fleet, and a job names its tenant in a column.
 
-Only runnable rows are in the dequeue path: ``ix_processing_jobs_dequeue`` holds ``queued``
-rows only and ``ix_processing_jobs_lease`` holds ``running`` rows only, so finished jobs, however
-many, never slow a claim down. The table is small and hot (every job is inserted, updated two or
-three times and deleted by ``prune``), so autovacuum is told to visit it far more often than the
+Only runnable rows are in the claim path: ``ix_processing_jobs_claim`` holds ``queued`` rows
+only, by tenant (a claim walks the tenants in it, :mod:`dms.jobs.statements`), and
+``ix_processing_jobs_lease`` holds ``running`` rows only, so finished jobs, however many, never
+slow a claim down. The table is small and hot (every job is inserted, updated two or three
+times and deleted by ``prune``), so autovacuum is told to visit it far more often than the
 default 20 % of dead rows would.
 """
 
@@ -78,7 +79,8 @@ processing_jobs = sa.Table(
     ),
     sa.CheckConstraint("jsonb_typeof(errors) = 'array'", name="errors_is_array"),
     sa.Index(
-        "ix_processing_jobs_dequeue",
+        "ix_processing_jobs_claim",
+        "tenant",
         "priority",
         "run_at",
         "id",

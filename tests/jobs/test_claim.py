@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import ValidationError
-from dms.jobs import statements, validation
+from dms.jobs import claims, statements, validation
 from dms.jobs.tables import processing_jobs
 
 LONG_LEASE = timedelta(minutes=5)
@@ -225,7 +225,7 @@ def test_claim_and_completion_plans_look_jobs_up_by_primary_key(
     claim = _plan(
         engine,
         statements.claim_statement(True),
-        {"worker_id": "w", "limit": 500, "lease": LONG_LEASE, "kinds": [kind]},
+        claims.claim_params("w", [kind], 500, LONG_LEASE),
     )
     acked = '[{"position": 1, "id": "00000000000000000000000000000000", "locked_by": "w", '
     acked += '"attempts": 1}]'

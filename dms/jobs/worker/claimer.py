@@ -29,7 +29,7 @@ from functools import partial
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms.jobs.claims import reclaim_expired, release_unheld
+from dms.jobs.claims import next_after, reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
 from dms.jobs.pipeline import claim_batch
 from dms.jobs.worker.claims import Claim, ClaimBook
@@ -66,6 +66,8 @@ class Claimer:
         self._session = HeldSession(engine, autocommit=False)
         self._worker_id = worker_id
         self._kinds = tuple(kinds)
+        # Where the next claim's walk of tenants starts: claims go round every tenant.
+        self._after_tenant = ""
         self._lease = lease
         self._ready = ready
         self._book = book
@@ -156,10 +158,16 @@ class Claimer:
         started = time.monotonic()
         jobs = self._session.run(
             lambda conn: claim_batch(
-                conn, self._worker_id, kinds=self._kinds, limit=limit, lease=self._lease
+                conn,
+                self._worker_id,
+                kinds=self._kinds,
+                limit=limit,
+                lease=self._lease,
+                after_tenant=self._after_tenant,
             )
         )
         self._book.round_trip(time.monotonic() - started)
+        self._after_tenant = next_after(jobs, limit, self._after_tenant)
         return jobs
 
     def _reclaim(self, conn: Connection) -> bool:
