@@ -8,7 +8,6 @@ written next to their target and renamed into place, so a reader never sees half
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from dms.storage.store import (
     Content,
     StoredBlob,
     StoredObject,
+    put_one,
     stage_into,
     sweep_directory,
     temporary_name,
@@ -86,11 +86,7 @@ class LocalBlobStore:
 
     def put(self, storage_key: str, content: bytes | bytearray | memoryview) -> StoredBlob:
         """Write ``content`` under ``storage_key`` atomically (a reader never sees half a file)."""
-        stored = in_memory(content)
-        self.put_many([(storage_key, stored)])
-        return StoredBlob(
-            storage_key=storage_key, sha256=stored.sha256, size_bytes=stored.size_bytes
-        )
+        return put_one(self, storage_key, content)
 
     def put_many(self, blobs: Sequence[tuple[str, Content]]) -> None:
         """Write each content under its key, atomically and (if durable) flushed to disk.
@@ -173,14 +169,6 @@ class LocalBlobStore:
                     target.flush()
                     os.fsync(target.fileno())
         os.replace(temporary, path)
-
-
-def in_memory(content: object) -> Content:
-    """``content`` (any bytes-like value) as a :class:`Content`, or :class:`ValidationError`."""
-    if not isinstance(content, bytes | bytearray | memoryview):
-        raise ValidationError(f"content must be bytes, not {type(content).__name__}")
-    data = bytes(content)
-    return Content(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), data=data)
 
 
 def _chunks(source: BinaryIO) -> Iterator[bytes]:

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from dms.errors import NotFound, StorageError, ValidationError
 from dms.storage.keys import check_prefix, key_of_names, spelled
-from dms.storage.local import in_memory
 from dms.storage.store import (
     CHUNK_BYTES,
     STAGING_GRACE,
     Content,
     StoredBlob,
     StoredObject,
+    put_one,
     stage_into,
     sweep_directory,
 )
@@ -125,11 +125,7 @@ class S3BlobStore:
 
     def put(self, storage_key: str, content: bytes | bytearray | memoryview) -> StoredBlob:
         """Upload ``content`` under ``storage_key``."""
-        stored = in_memory(content)
-        self.put_many([(storage_key, stored)])
-        return StoredBlob(
-            storage_key=storage_key, sha256=stored.sha256, size_bytes=stored.size_bytes
-        )
+        return put_one(self, storage_key, content)
 
     def put_many(self, blobs: Sequence[tuple[str, Content]]) -> None:
         """Upload each content under its key, several at once; staged files are removed."""

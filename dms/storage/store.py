@@ -23,6 +23,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from dms.errors import ValidationError
+
 #: Read and write files in chunks of this many bytes.
 CHUNK_BYTES = 1 << 20
 #: The staging files older than this are leftovers of a writer that died: an import stages a
@@ -122,6 +124,23 @@ class BlobStore(Protocol):
         ``dry_run``: only count them.
         """
         ...
+
+
+def put_one(
+    store: BlobStore, storage_key: str, content: bytes | bytearray | memoryview
+) -> StoredBlob:
+    """:meth:`BlobStore.put` for any store: ``content`` checked, hashed, put as a batch of one."""
+    stored = in_memory(content)
+    store.put_many([(storage_key, stored)])
+    return StoredBlob(storage_key=storage_key, sha256=stored.sha256, size_bytes=stored.size_bytes)
+
+
+def in_memory(content: object) -> Content:
+    """``content`` (any bytes-like value) as a :class:`Content`, or :class:`ValidationError`."""
+    if not isinstance(content, bytes | bytearray | memoryview):
+        raise ValidationError(f"content must be bytes, not {type(content).__name__}")
+    data = bytes(content)
+    return Content(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), data=data)
 
 
 def stage_into(directory: Path, source: BinaryIO) -> Content:

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import os
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,19 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import jobs, tenancy
+from dms.blobs import store_contents
 from dms.importing.files import IN_MEMORY_BYTES
 from dms.jobs import JobState
-from dms.processing import INTEGRITY_FIELD, PREVIEW_FIELD, VERIFY_REVISION, handlers
+from dms.processing import (
+    INTEGRITY_FIELD,
+    PREVIEW_FIELD,
+    VERIFY_REVISION,
+    enqueue_verification,
+    handlers,
+)
 from dms.schema import tenant as t
-from dms.storage import BlobStore, LocalBlobStore
+from dms.services import add_revision, create_document
+from dms.storage import BlobStore, Content, LocalBlobStore
 from dms.uow import UnitOfWork
 
 LATIN1_NAME = b"caf\xe9 cr\xe8me.txt"
@@ -149,3 +158,38 @@ def metadata_values(engine: Engine, tenant: str) -> dict[str, list[object]]:
         "integrity": [row.option_id for row in rows if row.name == INTEGRITY_FIELD],
         "preview": [row.value_text for row in rows if row.name == PREVIEW_FIELD],
     }
+
+
+def content_of(data: bytes) -> Content:
+    """``data`` on its way into a store, in memory."""
+    return Content(sha256=digest(data), size_bytes=len(data), data=data)
+
+
+def upload(
+    engine: Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    store: BlobStore,
+    data: bytes,
+    *,
+    verify: bool = False,
+) -> tuple[uuid.UUID, str]:
+    """A document whose one revision has ``data``, stored content-addressed: its id and key.
+
+    ``verify``: its verification job enqueued too.
+    """
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        key = store_contents(uow, store, [content_of(data)]).keys[digest(data)]
+        document = create_document(uow, title=f"{uuid.uuid4().hex}.txt")
+        revision = add_revision(
+            uow,
+            document.id,
+            storage_key=key,
+            sha256=digest(data),
+            size_bytes=len(data),
+            mime_type="text/plain",
+        )
+        if verify:
+            enqueue_verification(uow, revision)
+        uow.commit()
+    return document.id, key

@@ -24,48 +24,16 @@ from dms.jobs import JobState
 from dms.processing import (
     VERIFY_REVISION,
     define_processing_fields,
-    enqueue_verification,
     handlers,
 )
-from dms.services import add_revision, create_document
-from dms.storage import BlobStore, Content, LocalBlobStore, content_key
+from dms.services import create_document
+from dms.storage import LocalBlobStore, content_key
 from dms.testing.blocking import row_lock_waits
 from dms.uow import UnitOfWork
 from tests.conftest import new_slug
-from tests.importing.conftest import digest
+from tests.importing.conftest import content_of, digest, upload
 
 Capture = pytest.CaptureFixture[str]
-
-
-def _content(data: bytes) -> Content:
-    return Content(sha256=digest(data), size_bytes=len(data), data=data)
-
-
-def _document_with(
-    engine: Engine,
-    tenant: str,
-    user_id: uuid.UUID,
-    store: BlobStore,
-    data: bytes,
-    *,
-    verify: bool = False,
-) -> str:
-    """A document whose revision has ``data``, stored content-addressed; its key."""
-    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        key = store_contents(uow, store, [_content(data)]).keys[digest(data)]
-        document = create_document(uow, title=f"{uuid.uuid4().hex}.txt")
-        revision = add_revision(
-            uow,
-            document.id,
-            storage_key=key,
-            sha256=digest(data),
-            size_bytes=len(data),
-            mime_type="text/plain",
-        )
-        if verify:
-            enqueue_verification(uow, revision)
-        uow.commit()
-    return key
 
 
 def _cli(engine: Engine, *arguments: str) -> int:
@@ -83,8 +51,8 @@ def test_dropping_a_tenant_releases_its_blobs(
     doomed, kept = new_slug(), new_slug()
     for slug in (doomed, kept):
         provisioning.create_tenant(engine, slug)
-    doomed_keys = [_document_with(engine, doomed, user_id, store, b"doomed %d" % n) for n in (1, 2)]
-    kept_key = _document_with(engine, kept, user_id, store, b"kept")
+    doomed_keys = [upload(engine, doomed, user_id, store, b"doomed %d" % n)[1] for n in (1, 2)]
+    kept_key = upload(engine, kept, user_id, store, b"kept")[1]
 
     drop = ["tenants", "drop", doomed, "nobody_here", "--blobs", str(store.root)]
 
@@ -105,7 +73,7 @@ def test_dropping_a_tenant_releases_its_blobs(
 def test_the_blobs_of_a_registered_tenant_are_never_released_as_dropped(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
-    key = _document_with(engine, tenant, user_id, store, b"still in use")
+    key = upload(engine, tenant, user_id, store, b"still in use")[1]
 
     with pytest.raises(TenantExists, match="registered"):
         release_dropped_tenant(engine, store, tenant)
@@ -116,14 +84,14 @@ def test_the_blobs_of_a_registered_tenant_are_never_released_as_dropped(
 def test_gc_removes_what_no_tenant_needs_and_keeps_every_referenced_blob(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, capsys: Capture
 ) -> None:
-    referenced = _document_with(engine, tenant, user_id, store, b"referenced")
+    referenced = upload(engine, tenant, user_id, store, b"referenced")[1]
     # A writer that died after its files, before its commit: a file no registry row knows.
     unregistered = content_key(tenant, digest(b"written, never committed"))
     store.put(unregistered, b"written, never committed")
     # A release that never ran: a registered blob no revision references.
     unreferenced = content_key(tenant, digest(b"claimed, never used"))
     with UnitOfWork(engine, tenant=tenant) as uow:
-        store_contents(uow, store, [_content(b"claimed, never used")])
+        store_contents(uow, store, [content_of(b"claimed, never used")])
         uow.commit()
     # What a dropped tenant left (its name is registered by no one).
     gone_tenant = new_slug()
@@ -220,7 +188,7 @@ def test_a_worker_on_the_wrong_store_fails_loudly_instead_of_marking_files_missi
         define_processing_fields(uow)
         uow.commit()
     for n in range(3):
-        _document_with(engine, tenant, user_id, store, b"file %d" % n, verify=True)
+        upload(engine, tenant, user_id, store, b"file %d" % n, verify=True)[1]
     wrong = LocalBlobStore(tmp_path / "elsewhere")
 
     with jobs.Worker(

@@ -26,36 +26,13 @@ from dms.blobs import (
 from dms.cli import main
 from dms.domain import NewRevision
 from dms.errors import InvariantViolation, NotFound
-from dms.services import add_revision, create_document, delete_folder
-from dms.storage import Content, LocalBlobStore, content_key
+from dms.services import create_document, delete_folder
+from dms.storage import LocalBlobStore, content_key
 from dms.testing.blocking import row_lock_waits
 from dms.uow import UnitOfWork
-from tests.importing.conftest import digest
+from tests.importing.conftest import content_of, digest, upload
 
 Capture = pytest.CaptureFixture[str]
-
-
-def _content(data: bytes) -> Content:
-    return Content(sha256=digest(data), size_bytes=len(data), data=data)
-
-
-def _upload(
-    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, data: bytes
-) -> tuple[uuid.UUID, str]:
-    """A document whose one revision has ``data``, stored content-addressed."""
-    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        key = store_contents(uow, store, [_content(data)]).keys[digest(data)]
-        document = create_document(uow, title=f"{uuid.uuid4().hex}.txt")
-        add_revision(
-            uow,
-            document.id,
-            storage_key=key,
-            sha256=digest(data),
-            size_bytes=len(data),
-            mime_type="text/plain",
-        )
-        uow.commit()
-    return document.id, key
 
 
 def _trash_and_purge(engine: Engine, tenant: str, document_id: uuid.UUID) -> list[str]:
@@ -75,8 +52,8 @@ def _registered(engine: Engine, tenant: str, key: str) -> bool:
 def test_shared_blob_stays_until_its_last_revision_is_purged(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
-    first, key = _upload(engine, tenant, user_id, store, b"shared bytes")
-    second, same_key = _upload(engine, tenant, user_id, store, b"shared bytes")
+    first, key = upload(engine, tenant, user_id, store, b"shared bytes")
+    second, same_key = upload(engine, tenant, user_id, store, b"shared bytes")
 
     kept = release_blobs(
         engine, tenant=tenant, store=store, storage_keys=_trash_and_purge(engine, tenant, first)
@@ -97,8 +74,8 @@ def test_shared_blob_stays_until_its_last_revision_is_purged(
 def test_a_sweep_releases_every_unreferenced_blob(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
-    gone, gone_key = _upload(engine, tenant, user_id, store, b"purged")
-    _, kept_key = _upload(engine, tenant, user_id, store, b"kept")
+    gone, gone_key = upload(engine, tenant, user_id, store, b"purged")
+    _, kept_key = upload(engine, tenant, user_id, store, b"kept")
     _trash_and_purge(engine, tenant, gone)
 
     assert release_blobs(engine, tenant=tenant, store=store) == [gone_key]
@@ -109,7 +86,7 @@ def test_a_sweep_releases_every_unreferenced_blob(
 def test_purging_a_live_document_is_refused_and_changes_nothing(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
-    document_id, key = _upload(engine, tenant, user_id, store, b"live")
+    document_id, key = upload(engine, tenant, user_id, store, b"live")
     with UnitOfWork(engine, tenant=tenant) as uow, pytest.raises(InvariantViolation, match="trash"):
         purge_document(uow, document_id)
     with UnitOfWork(engine, tenant=tenant) as uow:
@@ -127,12 +104,12 @@ def test_release_waits_for_an_import_that_claimed_the_blob_and_keeps_it(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
     """The race: a release checks "unreferenced" while an import starts referencing the blob."""
-    purged, key = _upload(engine, tenant, user_id, store, b"contested bytes")
+    purged, key = upload(engine, tenant, user_id, store, b"contested bytes")
     keys = _trash_and_purge(engine, tenant, purged)  # now unreferenced
     released: list[str] = []
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as importer:
         # The import claims the blob (the file is there: it is not rewritten) ...
-        assert store_contents(importer, store, [_content(b"contested bytes")]).written == 0
+        assert store_contents(importer, store, [content_of(b"contested bytes")]).written == 0
         releaser = threading.Thread(
             target=lambda: released.extend(
                 release_blobs(engine, tenant=tenant, store=store, storage_keys=keys)
@@ -171,10 +148,10 @@ def test_a_missing_file_of_a_registered_blob_is_written_again(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
     """A release that died between deleting the file and committing left a row without file."""
-    _, key = _upload(engine, tenant, user_id, store, b"rewritten")
+    _, key = upload(engine, tenant, user_id, store, b"rewritten")
     store.delete(key)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        stored = store_contents(uow, store, [_content(b"rewritten")])
+        stored = store_contents(uow, store, [content_of(b"rewritten")])
         uow.commit()
 
     assert stored.written == 1
@@ -187,8 +164,8 @@ def test_blob_keys_are_per_tenant(
     other = f"t{uuid.uuid4().hex[:12]}"
     provisioning.create_tenant(engine, other)
     try:
-        _, mine = _upload(engine, tenant, user_id, store, b"same everywhere")
-        _, theirs = _upload(engine, other, user_id, store, b"same everywhere")
+        _, mine = upload(engine, tenant, user_id, store, b"same everywhere")
+        _, theirs = upload(engine, other, user_id, store, b"same everywhere")
     finally:
         provisioning.drop_tenant(engine, other)
 
@@ -201,17 +178,17 @@ def test_a_blob_written_ahead_and_released_before_the_claim_is_written_again(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
     """Files written ahead of the claim are not protected: the check after the claim decides."""
-    purged, key = _upload(engine, tenant, user_id, store, b"written ahead")
+    purged, key = upload(engine, tenant, user_id, store, b"written ahead")
     keys = _trash_and_purge(engine, tenant, purged)  # registered, unreferenced
     store.delete(key)
-    ahead = write_ahead(store, tenant, [_content(b"written ahead"), _content(b"new bytes")])
+    ahead = write_ahead(store, tenant, [content_of(b"written ahead"), content_of(b"new bytes")])
     assert ahead == {key, content_key(tenant, digest(b"new bytes"))}
     assert store.get(key) == b"written ahead"
     # A release deletes the first file between the writing ahead and the claim.
     assert release_blobs(engine, tenant=tenant, store=store, storage_keys=keys) == [key]
     assert not store.exists(key)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        contents = [_content(b"written ahead"), _content(b"new bytes")]
+        contents = [content_of(b"written ahead"), content_of(b"new bytes")]
         stored = write_contents(store, claim_contents(uow, contents), contents, written_ahead=ahead)
         uow.commit()
     assert (stored.written, stored.already_stored) == (2, 0)
@@ -225,7 +202,7 @@ def test_writing_ahead_leaves_staged_contents_and_stored_blobs_alone(
     source.write_bytes(b"staged bytes")
     with source.open("rb") as large:
         staged = store.stage(large)
-    stored = _content(b"stored already")
+    stored = content_of(b"stored already")
     store.put(content_key(tenant, stored.sha256), b"stored already")
     assert write_ahead(store, tenant, [staged, stored]) == frozenset()
     assert staged.staged is not None
@@ -283,13 +260,13 @@ def test_the_trash_pages_newest_first_and_never_skips_or_repeats(
 def test_purge_trash_purges_what_is_old_enough_and_releases_unshared_blobs(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
 ) -> None:
-    unique, unique_key = _upload(engine, tenant, user_id, store, b"only here")
-    shared, shared_key = _upload(engine, tenant, user_id, store, b"twice")
-    live, _ = _upload(engine, tenant, user_id, store, b"twice")
+    unique, unique_key = upload(engine, tenant, user_id, store, b"only here")
+    shared, shared_key = upload(engine, tenant, user_id, store, b"twice")
+    live, _ = upload(engine, tenant, user_id, store, b"twice")
     _trash(engine, tenant, unique, shared)
     with UnitOfWork(engine, tenant=tenant) as uow:
         cutoff = max(d.deleted_at for d in uow.documents.trash() if d.deleted_at is not None)
-    late, late_key = _upload(engine, tenant, user_id, store, b"deleted later")
+    late, late_key = upload(engine, tenant, user_id, store, b"deleted later")
     _trash(engine, tenant, late)
 
     purged = purge_trash(
@@ -310,7 +287,7 @@ def test_purge_trash_purges_what_is_old_enough_and_releases_unshared_blobs(
 def test_dms_trash_lists_refuses_without_yes_counts_and_purges(
     engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore, capsys: Capture
 ) -> None:
-    gone, key = _upload(engine, tenant, user_id, store, b"bytes of the trash")
+    gone, key = upload(engine, tenant, user_id, store, b"bytes of the trash")
     _trash(engine, tenant, gone)
     url = engine.url.render_as_string(hide_password=False)
     purge = ["--database-url", url, "trash", "purge", "--tenant", tenant, "--older-than", "0s"]

@@ -187,3 +187,22 @@ def test_open_store_takes_a_directory_or_an_s3_location(s3_bucket: str, tmp_path
     for wrong in ("", b"dir", None, 5, "s3:///prefix", "s3://"):
         with pytest.raises(ValidationError):
             open_store(wrong)  # type: ignore[arg-type]
+
+
+def test_a_local_store_keeps_every_file_inside_its_root_with_a_name_a_file_system_takes(
+    tmp_path: Path,
+) -> None:
+    store = LocalBlobStore(tmp_path / "blobs", durable=False)
+    for key in AWKWARD_KEYS:
+        store.put(key, key.encode())
+    for key in ("../outside", "/etc/passwd", "a/../../b", "a/."):
+        with pytest.raises(ValidationError):
+            store.put(key, b"x")
+
+    for key in AWKWARD_KEYS:
+        path = store.path_of(key)
+        assert path.read_bytes() == key.encode()
+        assert path.is_relative_to(store.root)
+        assert not any(part.startswith(".") for part in path.relative_to(store.root).parts)
+        assert all(len(part.encode()) <= 255 for part in path.parts)
+    assert list(tmp_path.rglob("outside")) == []
