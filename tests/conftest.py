@@ -36,7 +36,22 @@ def server_url() -> URL:
     if explicit:
         return normalize_url(explicit)
     data_dir = os.environ.get("DMS_DATA_DIR") or str(Path.home() / ".local/share/dms-test")
-    return embedded.start(Path(data_dir), settings=Settings.from_env())
+    url = embedded.start(Path(data_dir), settings=Settings.from_env())
+    if os.environ.get("DMS_TEST_NO_FSYNC") == "1":
+        _without_durability(url)
+    return url
+
+
+def _without_durability(url: URL) -> None:
+    """Turn off ``fsync`` on a throw-away test server (CI's): every DDL statement stops waiting
+    for the disk. Asked for by ``DMS_TEST_NO_FSYNC=1``, never assumed: a developer's
+    ``DMS_DATA_DIR`` may hold data worth keeping."""
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        conn.execute(sa.text("ALTER SYSTEM SET fsync = off"))
+        conn.execute(sa.text("ALTER SYSTEM SET synchronous_commit = off"))
+        conn.execute(sa.select(sa.func.pg_reload_conf()))
+    admin.dispose()
 
 
 @pytest.fixture(scope="session")

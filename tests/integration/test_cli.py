@@ -32,6 +32,7 @@ def test_demo_on_an_empty_database_needs_the_users_table(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_demo_after_stand_in_migrates_seeds_processes_and_summarises(
     empty_database_url: URL,
     capsys: pytest.CaptureFixture[str],
@@ -66,6 +67,7 @@ def _stand_in_and_acme(url: str) -> None:
     assert main(["--database-url", url, "tenants", "create", "acme"]) == 0
 
 
+@pytest.mark.slow
 def test_demo_fails_when_seed_jobs_are_unfinished_at_its_deadline(
     empty_database_url: URL,
     capsys: pytest.CaptureFixture[str],

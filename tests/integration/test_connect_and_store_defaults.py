@@ -44,7 +44,7 @@ def test_each_database_has_its_own_default_store_under_any_url(
 ) -> None:
     settings = Settings(data_dir=tmp_path)
     mine = _default_store(database_url, settings)
-    again = _default_store(database_url.set(query={"application_name": "again"}), settings)
+    again = _default_store(database_url.update_query_dict({"application_name": "again"}), settings)
     other = _default_store(server_url, settings)
 
     assert isinstance(mine, LocalBlobStore)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
@@ -26,6 +27,7 @@ def _counts(engine: sa.Engine, slug: str) -> dict[str, int]:
         }
 
 
+@pytest.mark.slow
 def test_seed_twice_fills_once(empty_database_url: URL, tmp_path: Path) -> None:
     engine = sa.create_engine(empty_database_url)
     create_users_stand_in(engine)
@@ -55,6 +57,7 @@ def test_seed_twice_fills_once(empty_database_url: URL, tmp_path: Path) -> None:
         assert counts["document_tags"] > 0
 
 
+@pytest.mark.slow
 def test_seed_covers_every_field_type_and_three_folder_levels(
     empty_database_url: URL, tmp_path: Path
 ) -> None:

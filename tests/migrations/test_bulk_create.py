@@ -305,6 +305,7 @@ def test_cli_a_line_of_a_names_file_that_is_not_utf8_fails_alone(
     assert [t.slug for t in tenancy.list_tenants(at_head)] == ["u_one", "u_two"]
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_creates_and_migrates_many_tenants(
     db: Engine, empty_database_url: URL, tmp_path: Path
 ) -> None:
