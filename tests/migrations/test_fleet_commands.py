@@ -1,4 +1,4 @@
-"""Fleet commands at a few hundred tenants, targets checked once, drift, --json, no registry.
+"""Fleet commands at 150 tenants, targets checked once, drift, --json, no registry.
 
 The fleet of :data:`FLEET` tenants is the largest that CI runs; on a Citus cluster, where a
 tenant costs many times more to create and to migrate and the code paths are the same at any
@@ -27,7 +27,7 @@ from tests.migrations.fingerprint import REPO_ROOT, DdlAudit, alembic_env, revis
 
 HEAD = migrations.head_revision()
 PREVIOUS = Scripts.default().chain()[-2]
-FLEET = 300
+FLEET = 150
 CITUS_FLEET = 60
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
 
@@ -51,7 +51,7 @@ def at_head(db: Engine) -> Engine:
 
 
 @pytest.mark.slow
-def test_a_fleet_of_three_hundred_round_trips_with_two_jobs(
+def test_a_fleet_of_a_hundred_and_fifty_round_trips_with_two_jobs(
     at_head: Engine, empty_database_url: URL
 ) -> None:
     with at_head.connect() as conn:
