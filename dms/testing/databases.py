@@ -27,6 +27,8 @@ from dms.schema.ddl import execute_ddl
 #: How long a drop on Citus waits for the workers' sessions in the database to end, polling.
 _DROP_WAIT_SECONDS = 30.0
 _DROP_RETRY_SECONDS = 0.2
+#: The advisory lock that lets one process at a time register a new database's nodes.
+_CLUSTER_SETUP_LOCK = 0x646D73_C1_05  # "dms", Citus setup
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ def temporary_database(server_url: str | URL, *, prefix: str = "dms_test") -> It
             execute_ddl(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         url = base.set(database=name)
         if nodes:
-            _make_citus_cluster(url, nodes)
+            with admin.connect() as conn:
+                _make_citus_cluster_alone(conn, url, nodes)
         yield url
     finally:
         _drop(admin, name, nodes)
@@ -166,6 +169,22 @@ def _propagate_to_nodes(conn: Connection, nodes: Sequence[_Node]) -> None:
         conn.execute(
             sa.select(sa.func.set_config("citus.enable_create_database_propagation", "on", False))
         )
+
+
+def _make_citus_cluster_alone(admin: Connection, url: URL, nodes: Sequence[_Node]) -> None:
+    """:func:`_make_citus_cluster`, one process at a time.
+
+    Registering a node makes Citus create or alter the current role on that node, a row of the
+    node's ``pg_authid`` shared by all its databases: two registrations at once failed with
+    "tuple concurrently updated" there ("failure on connection marked as essential" here).
+    The lock is taken in the maintenance database that every caller connects to first (an
+    advisory lock belongs to one database).
+    """
+    admin.execute(sa.select(sa.func.pg_advisory_lock(_CLUSTER_SETUP_LOCK)))
+    try:
+        _make_citus_cluster(url, nodes)
+    finally:
+        admin.execute(sa.select(sa.func.pg_advisory_unlock(_CLUSTER_SETUP_LOCK)))
 
 
 def _make_citus_cluster(url: URL, nodes: Sequence[_Node]) -> None:
