@@ -15,7 +15,6 @@ are read through :mod:`dms.jobs`.
 from __future__ import annotations
 
 import random
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +26,7 @@ from dms.config import SHARED_SCHEMA
 from dms.errors import NotMigrated, StorageError
 from dms.jobs import JobState
 from dms.jobs.validation import MAX_AGE, require_duration
-from dms.processing import STORE_SAMPLE
+from dms.processing import absent_sample
 from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
@@ -39,7 +38,6 @@ _NAMED = 5
 
 #: ``dms healthcheck --blobs``: tenants whose blobs are looked for in the store.
 BLOB_SAMPLE_TENANTS = 10
-_NO_REVISION = uuid.UUID(int=0)
 
 #: ``dms healthcheck``: longest acceptable wait of the oldest runnable job, by default.
 MAX_QUEUE_AGE = timedelta(minutes=5)
@@ -200,8 +198,7 @@ def blob_check(engine: Engine, store: BlobStore) -> Check:
 
 def _store_holds_some(engine: Engine, store: BlobStore, slug: str) -> bool:
     with UnitOfWork(engine, tenant=slug) as uow:
-        keys = uow.revisions.some_storage_keys(limit=STORE_SAMPLE, other_than=_NO_REVISION)
-    return not keys or any(store.exists(key) for key in keys)
+        return not absent_sample(uow, store)
 
 
 def _schemas_detail(head: str, shared_ok: bool, tenants: int, behind: list[str]) -> str:

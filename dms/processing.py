@@ -146,13 +146,24 @@ def require_plausible_store(uow: UnitOfWork, store: BlobStore, revision: Revisio
     on every document would hide that. The job fails instead (and is retried with backoff),
     saying which store was asked.
     """
-    others = uow.revisions.some_storage_keys(limit=STORE_SAMPLE, other_than=revision.id)
-    if others and not any(store.exists(key) for key in others):
+    others = absent_sample(uow, store, other_than=revision.id)
+    if others:
         raise StorageError(
             f"the blob store {store.location} holds neither the blob of revision {revision.id} "
             f"nor any of {len(others)} other blobs of tenant {uow.tenant}: is it the store "
             "these files were written to? (dms worker --blobs, DMS_BLOBS)"
         )
+
+
+def absent_sample(
+    uow: UnitOfWork, store: BlobStore, *, other_than: uuid.UUID | None = None
+) -> list[str]:
+    """Sampled storage keys of the tenant, if ``store`` holds none of them; else ``[]``.
+
+    Up to :data:`STORE_SAMPLE` revisions (not ``other_than``); ``[]`` too for no revision.
+    """
+    sample = uow.revisions.some_storage_keys(limit=STORE_SAMPLE, other_than=other_than)
+    return [] if any(store.exists(key) for key in sample) else sample
 
 
 def verify_revision(store: BlobStore) -> Handler[UnitOfWork]:

@@ -133,16 +133,15 @@ class RevisionRepository(Repository):
         )
         return [revision(row) for row in rows]
 
-    def some_storage_keys(self, *, limit: int, other_than: uuid.UUID) -> list[str]:
-        """The storage keys of up to ``limit`` revisions other than ``other_than``, any of them.
+    def some_storage_keys(self, *, limit: int, other_than: uuid.UUID | None = None) -> list[str]:
+        """The storage keys of up to ``limit`` revisions (not ``other_than``), any of them.
 
         No order: the first rows found, so that the read stops early on any table size.
         """
-        return list(
-            self._execute(
-                sa.select(_r.c.storage_key).where(_r.c.id != other_than).limit(limit)
-            ).scalars()
-        )
+        query = sa.select(_r.c.storage_key).limit(limit)
+        if other_than is not None:
+            query = query.where(_r.c.id != other_than)
+        return list(self._execute(query).scalars())
 
     def add_many(self, revisions: Sequence[NewRevision]) -> list[uuid.UUID]:
         """Append the next revision of many live documents in one statement; return their ids.
