@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Transaction
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.config import Settings, settings_of
+from dms.domain.audit import ACTOR_SETTING, CONTEXT_SETTING, WORKER, actor_setting, check_context
 from dms.domain.validation import check_optional_id, shown
 from dms.errors import ConfigurationError, DmsError
 from dms.repositories import (
+    AuditRepository,
     DocumentRepository,
     FolderRepository,
     MetadataRepository,
@@ -57,17 +60,26 @@ class UnitOfWork:
         *,
         tenant: str,
         user_id: uuid.UUID | None = None,
+        system: str | None = None,
+        context: Mapping[str, object] | None = None,
         settings: Settings | None = None,
         lazy: bool = False,
     ) -> None:
         """Prepare a unit of work; nothing touches the database before ``with``.
 
+        Who acts: the user ``user_id`` (of the IAM), or the named system principal ``system``
+        (``"worker"``, ``"operator"``, a name of the application's), never both; the audit
+        trail records it with every change (docs/audit.md), and ``context`` (a request id, a
+        client address: :func:`dms.domain.audit.check_context` says what it may hold) with it.
         ``settings`` default to those that ``engine`` carries (:func:`dms.config.settings_of`).
         ``lazy``: take the connection only when it is first used, not at ``with`` (a job
         handler that never touches the database then costs no pool checkout).
         """
         self.tenant = tenancy.validate_slug(tenant)
         self.user_id = check_optional_id("user", user_id)
+        self.system = system
+        self._actor = actor_setting(self.user_id, system)
+        self._context = check_context(context)
         if settings is not None and not isinstance(settings, Settings):
             raise ConfigurationError(f"settings must be a dms.Settings, not {shown(settings)}")
         self._engine = engine
@@ -80,15 +92,19 @@ class UnitOfWork:
         self._repositories: dict[type[Repository], Repository] = {}
 
     @classmethod
-    def factory(cls, engine: Engine, *, settings: Settings | None = None) -> _Factory:
+    def factory(
+        cls, engine: Engine, *, settings: Settings | None = None, system: str = WORKER
+    ) -> _Factory:
         """Make lazy units of work of ``engine`` by tenant: a worker's ``unit_of_work``.
 
-        ``settings`` are resolved once here, not per job.
+        They act as the system principal ``system``. ``settings`` are resolved once here, not
+        per job.
         """
         resolved = settings if settings is not None else settings_of(engine)
+        actor_setting(None, system)  # refused here, not at the first job
 
         def make(*, tenant: str) -> UnitOfWork:
-            return cls(engine, tenant=tenant, settings=resolved, lazy=True)
+            return cls(engine, tenant=tenant, system=system, settings=resolved, lazy=True)
 
         return make
 
@@ -106,6 +122,8 @@ class UnitOfWork:
         conn = self._engine.connect()
         self._conn = tenancy.route(conn, self.tenant, self._settings)
         self._transaction = self._conn.begin()
+        if self._actor is not None or self._context is not None:
+            _act_as(self._conn, self._actor, self._context)
 
     def __exit__(
         self,
@@ -198,6 +216,11 @@ class UnitOfWork:
         return self._repository(MetadataRepository)
 
     @property
+    def audit(self) -> AuditRepository:
+        """The tenant's audit trail: a document's history, events by actor, action and time."""
+        return self._repository(AuditRepository)
+
+    @property
     def search(self) -> SearchRepository:
         """The tenant's content search: its settings, extracted texts and index."""
         return self._repository(SearchRepository)
@@ -208,3 +231,19 @@ class UnitOfWork:
         if kind not in self._repositories:
             self._repositories[kind] = kind(connection, tenant=self.tenant, user_id=self.user_id)
         return self._repositories[kind]  # type: ignore[return-value]
+
+
+def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
+    """Name who acts, and the caller's context, for this transaction only.
+
+    Transaction-local (``set_config(..., true)``, ``SET LOCAL`` on Citus), so nothing outlives
+    the unit of work on a pooled connection or behind PgBouncer in transaction mode. On Citus a
+    ``set_config`` stays on the coordinator, while the triggers that read it run on the node
+    that holds the tenant: there it is ``SET LOCAL``, which Citus replays on that node.
+    """
+    settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or ""}
+    if citus.is_citus(conn):
+        for name, value in settings.items():
+            citus.set_local_on_every_node(conn, name, value)
+        return
+    conn.execute(sa.select(*(sa.func.set_config(n, v, True) for n, v in settings.items())))

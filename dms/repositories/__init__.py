@@ -15,6 +15,7 @@ each other in one direction only (``documents`` uses ``folders``, ``tags`` and `
 ``tests/unit/test_layers.py`` checks.
 """
 
+from .audit import AuditRepository
 from .documents import DocumentRepository
 from .folders import FolderRepository
 from .metadata import MetadataRepository
@@ -23,6 +24,7 @@ from .search import SearchRepository
 from .tags import TagRepository
 
 __all__ = [
+    "AuditRepository",
     "DocumentRepository",
     "FolderRepository",
     "MetadataRepository",

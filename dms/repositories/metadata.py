@@ -368,7 +368,10 @@ class MetadataRepository(Repository):
             {"document_id": document_id, "field_id": field_id, "option_id": option_id}
             for option_id in option_ids
         ]
-        self._execute(sa.insert(_c), rows)
+        if rows:
+            # One statement, not one per row: the audit trail records a value's new choices as
+            # one change of its set (migration 0013).
+            self._execute(sa.insert(_c).values(rows))
 
     def _insert_field(self, name: str, kind: FieldType, *, required: bool) -> uuid.UUID:
         with translated(self._conn, f"metadata field {name!r}"):

@@ -55,6 +55,7 @@ GUARD_SQLSTATES = {
     "file_revisions_append_only": "23M02",
     "folders_no_cycle": "23M03",
     "folders_max_depth": "23M04",
+    "audit_events_append_only": "23M05",
 }
 
 #: The column that holds a value of each field type, keyed by :class:`FieldType` value
@@ -528,4 +529,85 @@ sa.Index(
     document_search.c.terms,
     document_search.c.filters,
     postgresql_using="gin",
+)
+
+#: The audit trail (migration 0013, docs/audit.md): one row per change, written by triggers in
+#: the changing transaction and stamped there with its actor (``dms.actor``), role, transaction,
+#: time and context; append-only (trigger ``audit_guard``); ``seq`` and ``hash`` place it in the
+#: tenant's hash chain once it is sealed (:func:`dms.audit.seal_audit_trail`).
+audit_events = sa.Table(
+    "audit_events",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("txid", sa.BigInteger, nullable=False),
+    sa.Column("actor_id", sa.Uuid),
+    sa.Column("actor_system", sa.Text),
+    sa.Column("db_role", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("object_type", sa.Text, nullable=False),
+    sa.Column("object_id", sa.Uuid),
+    sa.Column("document_id", sa.Uuid),
+    sa.Column("before", JSONB),
+    sa.Column("after", JSONB),
+    sa.Column("context", JSONB),
+    sa.Column("seq", sa.BigInteger, unique=True),
+    sa.Column("hash", sa.LargeBinary),
+    sa.Column("sealed_at", sa.DateTime(timezone=True)),
+    sa.CheckConstraint("(seq IS NULL) = (hash IS NULL)", name="sealed_whole"),
+    sa.CheckConstraint("num_nonnulls(actor_id, actor_system) <= 1", name="one_actor"),
+)
+sa.Index("ix_audit_events_occurred_at_id", audit_events.c.occurred_at, audit_events.c.id)
+sa.Index(
+    "ix_audit_events_document_id_occurred_at_id",
+    audit_events.c.document_id,
+    audit_events.c.occurred_at,
+    audit_events.c.id,
+    postgresql_where=audit_events.c.document_id.is_not(None),
+)
+# What the sealer reads: the few events not yet in the chain.
+sa.Index(
+    "ix_audit_events_unsealed", audit_events.c.id, postgresql_where=audit_events.c.seq.is_(None)
+)
+
+#: The hash of the audit chain before its first event.
+AUDIT_GENESIS = bytes(32)
+
+#: The head of the tenant's audit chain: one row, from the tenant's creation on. Sealers lock
+#: it; writers never touch it.
+audit_chain = sa.Table(
+    "audit_chain",
+    metadata,
+    sa.Column("singleton", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("last_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column(
+        "last_hash",
+        sa.LargeBinary,
+        nullable=False,
+        server_default=sa.text("decode(repeat('00', 32), 'hex')"),
+    ),
+    sa.Column("sealed_at", sa.DateTime(timezone=True)),
+    sa.CheckConstraint("singleton", name="one_row"),
+    sa.CheckConstraint("last_seq >= 0", name="seq_not_negative"),
+)
+
+#: Where pruning cut the chain: the position and hash of the last event it removed, and how
+#: many it removed. Append-only, like the events.
+audit_checkpoints = sa.Table(
+    "audit_checkpoints",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("hash", sa.LargeBinary, nullable=False),
+    sa.Column("pruned", sa.BigInteger, nullable=False),
+    _created_at(),
+    sa.CheckConstraint("seq >= 1", name="seq_positive"),
+)
+
+#: The tenant's audit settings: at most one row (none: the defaults).
+audit_settings = sa.Table(
+    "audit_settings",
+    metadata,
+    sa.Column("singleton", sa.Boolean, primary_key=True, server_default=sa.true()),
+    sa.Column("record_reads", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.CheckConstraint("singleton", name="one_row"),
 )

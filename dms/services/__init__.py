@@ -24,6 +24,7 @@ from .documents import (
     create_document,
     extraction_job,
     extraction_jobs,
+    read_revision_content,
     search_documents,
 )
 from .folders import FolderRemoval, delete_folder, restore_folder
@@ -41,6 +42,7 @@ __all__ = [
     "delete_folder",
     "extraction_job",
     "extraction_jobs",
+    "read_revision_content",
     "restore_folder",
     "search_documents",
     "set_value",

@@ -13,6 +13,7 @@ from dms.domain.search import check_query
 from dms.domain.text_query import parse_text_query
 from dms.domain.validation import check_ids, shown
 from dms.errors import ValidationError
+from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
 #: The job kind that extracts a revision's text for the content search (:mod:`dms.processing`).
@@ -153,3 +154,17 @@ def search_documents(
     current = {d.id: d.current_revision_id for d in page.items if d.current_revision_id}
     snippets = uow.search.snippets(current, parse_text_query(query.text))
     return dataclasses.replace(page, snippets=snippets)
+
+
+def read_revision_content(uow: UnitOfWork, store: BlobStore, revision_id: uuid.UUID) -> bytes:
+    """The bytes of revision ``revision_id``, from ``store``.
+
+    When the tenant records reads (``uow.audit.set_record_reads(True)``), the read is an event
+    of the audit trail, by the unit's actor, committed with the unit of work. Raises
+    :class:`~dms.errors.NotFound` for an unknown revision and
+    :class:`~dms.errors.StorageError` when the store cannot give the bytes.
+    """
+    revision = uow.revisions.get(revision_id)
+    if uow.audit.settings().record_reads:
+        uow.audit.record_read(revision)
+    return store.get(revision.storage_key)

@@ -46,6 +46,29 @@ TENANT_TRIGGERS = {
     ("document_search", "search_filters_row"),
     ("documents", "search_document_moved"),
     ("folders", "search_folder_moved"),
+    # The audit trail (migration 0013).
+    ("audit_events", "audit_stamp"),
+    ("audit_events", "audit_guard"),
+    ("audit_events", "audit_no_truncate"),
+    ("audit_checkpoints", "audit_guard"),
+    ("audit_checkpoints", "audit_no_truncate"),
+    *(
+        (table, "audit_row")
+        for table in (
+            "documents",
+            "file_revisions",
+            "folders",
+            "tags",
+            "metadata_fields",
+            "metadata_field_options",
+            "document_metadata",
+        )
+    ),
+    *(
+        (table, f"audit_links_{event}")
+        for table in ("document_tags", "document_metadata_choices")
+        for event in ("insert", "delete")
+    ),
 }
 
 
@@ -106,6 +129,7 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
         "search_refresh_filters",
         "search_refresh_header",
         *(trigger for _table, trigger in TENANT_TRIGGERS if trigger.startswith("search_")),
+        *("audit_stamp", "audit_guard", "audit_refuse", "audit_row", "audit_links"),
     }
     # The functions pin search_path to their own schema (normalised), not to the caller's.
     assert all("search_path TO '<schema>'" in str(row[2]) for row in migrated.functions)

@@ -38,6 +38,12 @@ OWNED_TABLES = {
         "revision_text_parts",
         "document_search",
     },
+    "dms.repositories.audit": {
+        "audit_events",
+        "audit_chain",
+        "audit_checkpoints",
+        "audit_settings",
+    },
 }
 #: Tables a module names without owning them, each with the reason given in its docstring.
 BORROWED_TABLES = {
@@ -57,6 +63,7 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.metadata": set(),
     "dms.repositories.tags": set(),
     "dms.repositories.search": set(),
+    "dms.repositories.audit": set(),
     "dms.repositories.blobs": {"dms.repositories.revisions"},
     # The import's one statement: documents, their first revisions and provenance together.
     "dms.repositories.imports": {

@@ -1,0 +1,329 @@
+"""The audit trail of a tenant: reading events, recording reads, settings, and the hash chain.
+
+The events are written by the database (migration 0013), never by this module, except a read
+(:meth:`AuditRepository.record_read`); what an inserted event says about who and when is the
+database's own stamp either way. This module reads them, and holds the statements of the chain:
+sealing (:meth:`~AuditRepository.seal`), the rows a verification walks, pruning.
+
+The chain: sealing gives each unsealed event, in the order of its id, the next position
+``seq`` and ``hash = sha256(previous hash || seq as 8 bytes || payload)``, where the payload is
+the event's columns as one JSON array rendered by PostgreSQL (:data:`_PAYLOAD`: deterministic
+text whatever the session's time zone). Verifying recomputes the same, so any change to an
+event's content, position or order, a removed event or a forged one breaks a link
+(:func:`chain_hash`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+
+from dms.domain.audit import (
+    ACTIONS,
+    OBJECT_TYPES,
+    AuditCursor,
+    AuditEvent,
+    AuditPage,
+    AuditSettings,
+    check_audit_cursor,
+    check_choice,
+    check_system,
+)
+from dms.domain.model import Revision
+from dms.domain.search import check_page_size
+from dms.domain.validation import check_flag, check_id, check_optional_id, check_timestamp
+from dms.schema import tenant as t
+
+from . import _recordset
+from ._base import Repository
+
+_e = t.audit_events
+_chain = t.audit_chain
+_checkpoints = t.audit_checkpoints
+_settings = t.audit_settings
+
+#: An event's content as the chain hashes it: every column but its place in the chain, as one
+#: JSON array (PostgreSQL's ``jsonb`` text is canonical), the time spelled in UTC.
+_PAYLOAD = sa.cast(
+    sa.func.jsonb_build_array(
+        _e.c.id,
+        sa.func.to_char(sa.func.timezone("UTC", _e.c.occurred_at), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        _e.c.txid,
+        _e.c.actor_id,
+        _e.c.actor_system,
+        _e.c.db_role,
+        _e.c.action,
+        _e.c.object_type,
+        _e.c.object_id,
+        _e.c.document_id,
+        _e.c.before,
+        _e.c.after,
+        _e.c.context,
+    ),
+    sa.Text,
+).label("payload")
+
+_EVENT_COLUMNS = tuple(column for column in _e.c if column.name not in ("hash", "sealed_at"))
+_NEWEST_FIRST = (_e.c.occurred_at.desc(), _e.c.id.desc())
+
+#: Events a sealing statement writes at most.
+SEAL_BATCH = 5000
+
+
+def chain_hash(previous: bytes, seq: int, payload: str) -> bytes:
+    """The hash of the event at ``seq`` whose predecessor's hash is ``previous``."""
+    return hashlib.sha256(previous + seq.to_bytes(8, "big") + payload.encode("utf-8")).digest()
+
+
+class AuditRepository(Repository):
+    """The tenant's audit trail."""
+
+    def history(
+        self, document_id: uuid.UUID, *, limit: int = 50, after: AuditCursor | None = None
+    ) -> AuditPage:
+        """One page of what happened to a document (its revisions, tags and values too).
+
+        Newest first; pass the page's ``next_cursor`` as ``after`` for the next page.
+        """
+        check_id("document", document_id)
+        return self._page([_e.c.document_id == document_id], limit=limit, after=after)
+
+    def events(
+        self,
+        *,
+        actor_id: uuid.UUID | None = None,
+        system: str | None = None,
+        action: str | None = None,
+        object_type: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        after: AuditCursor | None = None,
+    ) -> AuditPage:
+        """One page of the tenant's events, newest first, filtered by who, what and when.
+
+        ``since`` is inclusive and ``until`` exclusive; ``system`` names a system principal.
+        """
+        conditions: list[sa.ColumnElement[bool]] = []
+        if check_optional_id("actor", actor_id) is not None:
+            conditions.append(_e.c.actor_id == actor_id)
+        if system is not None:
+            conditions.append(_e.c.actor_system == check_system(system))
+        if check_choice("action", action, ACTIONS) is not None:
+            conditions.append(_e.c.action == action)
+        if check_choice("object type", object_type, OBJECT_TYPES) is not None:
+            conditions.append(_e.c.object_type == object_type)
+        if since is not None:
+            conditions.append(_e.c.occurred_at >= check_timestamp("since", since))
+        if until is not None:
+            conditions.append(_e.c.occurred_at < check_timestamp("until", until))
+        return self._page(conditions, limit=limit, after=after)
+
+    def _page(
+        self,
+        conditions: Sequence[sa.ColumnElement[bool]],
+        *,
+        limit: int,
+        after: AuditCursor | None,
+    ) -> AuditPage:
+        check_page_size(limit)
+        if check_audit_cursor(after) is not None:
+            assert after is not None  # noqa: S101 (checked just above)
+            conditions = [
+                *conditions,
+                sa.tuple_(_e.c.occurred_at, _e.c.id) < (after.occurred_at, after.id),
+            ]
+        statement = (
+            sa.select(*_EVENT_COLUMNS).where(*conditions).order_by(*_NEWEST_FIRST).limit(limit + 1)
+        )
+        rows = list(self._execute(statement))
+        items = [_event(row) for row in rows[:limit]]
+        last = items[-1] if len(rows) > limit else None
+        cursor = None if last is None else AuditCursor(occurred_at=last.occurred_at, id=last.id)
+        return AuditPage(items=items, next_cursor=cursor)
+
+    def settings(self) -> AuditSettings:
+        """The tenant's audit settings (the defaults until someone sets them)."""
+        row = self._execute(sa.select(_settings.c.record_reads)).first()
+        return AuditSettings() if row is None else AuditSettings(record_reads=row.record_reads)
+
+    def set_record_reads(self, record_reads: bool) -> None:
+        """Record (or stop recording) reading a revision's content, from this transaction on."""
+        check_flag("record_reads", record_reads)
+        statement = insert(_settings).values(singleton=True, record_reads=record_reads)
+        self._execute(
+            statement.on_conflict_do_update(
+                index_elements=[_settings.c.singleton],
+                set_={"record_reads": statement.excluded.record_reads},
+            )
+        )
+
+    def record_read(self, revision: Revision) -> None:
+        """Record that the unit's actor read ``revision``'s content."""
+        self._execute(
+            # Who, when and in which transaction: stamped by the database (trigger audit_stamp).
+            sa.insert(_e).values(
+                action="read",
+                object_type="revision",
+                object_id=revision.id,
+                document_id=revision.document_id,
+                after={"revision_no": revision.revision_no, "sha256": revision.sha256},
+            )
+        )
+
+    # The chain. Sealing runs in its own transactions (dms.audit), one batch each.
+
+    def lock_head(self) -> tuple[int, bytes]:
+        """Lock the chain's head for this transaction and return its (position, hash).
+
+        Sealers wait on each other here; writers never take this lock.
+        """
+        row = self._execute(
+            sa.select(_chain.c.last_seq, _chain.c.last_hash).with_for_update()
+        ).one()
+        return int(row.last_seq), bytes(row.last_hash)
+
+    def head(self) -> tuple[int, bytes]:
+        """The chain's head (position, hash), unlocked."""
+        row = self._execute(sa.select(_chain.c.last_seq, _chain.c.last_hash)).one()
+        return int(row.last_seq), bytes(row.last_hash)
+
+    def seal(self, limit: int = SEAL_BATCH) -> int:
+        """Seal up to ``limit`` unsealed events after the head (locked first); return how many."""
+        seq, previous = self.lock_head()
+        rows = self._execute(
+            sa.select(_e.c.id, _PAYLOAD).where(_e.c.seq.is_(None)).order_by(_e.c.id).limit(limit)
+        ).all()
+        if not rows:
+            return 0
+        sealed = []
+        for row in rows:
+            seq += 1
+            previous = chain_hash(previous, seq, row.payload)
+            sealed.append({"id": row.id, "seq": seq, "hash": previous.hex()})
+        batch = _recordset.recordset(
+            "sealed", [("id", sa.BigInteger()), ("seq", sa.BigInteger()), ("hash", sa.Text())]
+        )
+        self._execute(
+            sa.update(_e)
+            .where(_e.c.id == batch.c.id)
+            .values(
+                seq=batch.c.seq, hash=sa.func.decode(batch.c.hash, "hex"), sealed_at=sa.func.now()
+            ),
+            {"sealed": _recordset.encode(sealed)},
+        )
+        self._execute(
+            sa.update(_chain).values(last_seq=seq, last_hash=previous, sealed_at=sa.func.now())
+        )
+        return len(rows)
+
+    def unsealed(self) -> int:
+        """How many events are not sealed yet."""
+        return int(self._execute(sa.select(sa.func.count()).where(_e.c.seq.is_(None))).scalar_one())
+
+    def checkpoint(self) -> tuple[int, bytes] | None:
+        """The newest checkpoint (position, hash), where the chain now starts; else ``None``."""
+        row = self._execute(
+            sa.select(_checkpoints.c.seq, _checkpoints.c.hash)
+            .order_by(_checkpoints.c.seq.desc())
+            .limit(1)
+        ).first()
+        return None if row is None else (int(row.seq), bytes(row.hash))
+
+    def chain(
+        self, *, after_seq: int, batch: int = 10_000
+    ) -> Iterator[tuple[int, int, bytes, str]]:
+        """The sealed events after ``after_seq`` in chain order: (seq, id, hash, payload).
+
+        Read in pages by position, so memory stays bounded whatever the trail's length.
+        """
+        while True:
+            rows = self._execute(
+                sa.select(_e.c.seq, _e.c.id, _e.c.hash, _PAYLOAD)
+                .where(_e.c.seq > after_seq)
+                .order_by(_e.c.seq)
+                .limit(batch)
+            ).all()
+            for row in rows:
+                yield int(row.seq), int(row.id), bytes(row.hash), row.payload
+            if len(rows) < batch:
+                return
+            after_seq = int(rows[-1].seq)
+
+    def exported(
+        self, *, since: datetime | None, until: datetime | None, batch: int = 10_000
+    ) -> Iterator[dict[str, Any]]:
+        """Every event from ``since`` (inclusive) to ``until`` (exclusive), oldest first.
+
+        Each as a JSON-ready mapping (ids as text, the hash in hex), read in pages.
+        """
+        conditions = []
+        if since is not None:
+            conditions.append(_e.c.occurred_at >= check_timestamp("since", since))
+        if until is not None:
+            conditions.append(_e.c.occurred_at < check_timestamp("until", until))
+        key: tuple[datetime, int] | None = None
+        columns = (*_EVENT_COLUMNS, _e.c.hash)
+        while True:
+            statement = sa.select(*columns).where(*conditions)
+            if key is not None:
+                statement = statement.where(sa.tuple_(_e.c.occurred_at, _e.c.id) > key)
+            rows = self._execute(statement.order_by(_e.c.occurred_at, _e.c.id).limit(batch)).all()
+            for row in rows:
+                yield _exported(row)
+            if len(rows) < batch:
+                return
+            key = (rows[-1].occurred_at, rows[-1].id)
+
+    def prunable(self, before: datetime) -> tuple[int, int, bytes] | None:
+        """What pruning before ``before`` would remove: (events, last position, its hash).
+
+        The sealed events up to the first one at or after ``before`` (positions follow sealing,
+        and a long transaction's events can be sealed after younger ones: the cut stops at the
+        first young one, so nothing at or after ``before`` is removed); ``None``: nothing.
+        """
+        check_timestamp("before", before)
+        first_kept = (
+            sa.select(sa.func.min(_e.c.seq))
+            .where(_e.c.seq.is_not(None), _e.c.occurred_at >= before)
+            .scalar_subquery()
+        )
+        last = self._execute(
+            sa.select(_e.c.seq, _e.c.hash)
+            .where(
+                _e.c.seq.is_not(None),
+                sa.or_(first_kept.is_(None), _e.c.seq < first_kept),
+            )
+            .order_by(_e.c.seq.desc())
+            .limit(1)
+        ).first()
+        if last is None:
+            return None
+        count = self._execute(sa.select(sa.func.count()).where(_e.c.seq <= last.seq)).scalar_one()
+        return int(count), int(last.seq), bytes(last.hash)
+
+    def prune_through(self, seq: int, hash_: bytes, count: int) -> int:
+        """Anchor the chain at ``seq`` (a checkpoint), then delete the events up to it."""
+        self._execute(sa.insert(_checkpoints).values(seq=seq, hash=hash_, pruned=count))
+        return int(self._execute(sa.delete(_e).where(_e.c.seq <= seq)).rowcount)
+
+
+def _event(row: sa.Row[Any]) -> AuditEvent:
+    return AuditEvent(**{column.name: row._mapping[column.name] for column in _EVENT_COLUMNS})
+
+
+def _exported(row: sa.Row[Any]) -> dict[str, Any]:
+    values = dict(row._mapping)
+    values["occurred_at"] = values["occurred_at"].isoformat()
+    for name in ("actor_id", "object_id", "document_id"):
+        if values[name] is not None:
+            values[name] = str(values[name])
+    if values["hash"] is not None:
+        values["hash"] = bytes(values["hash"]).hex()
+    return values
