@@ -8,12 +8,13 @@ commits batch by batch, and a verification or an export reads one consistent sna
 
 Sealing after commit is what keeps a tenant's writers concurrent: a writer only inserts its
 events (unsealed), as any row; only sealers lock the chain's head, and a sealer sees only
-committed events, which it chains in the order of their ids.
+committed events, which it chains in the order of their times.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -113,7 +114,7 @@ def verify_audit_trail(
 
 
 def _broken_link(
-    expected: int, seq: int, event_id: int, stored: bytes, computed: bytes
+    expected: int, seq: int, event_id: uuid.UUID, stored: bytes, computed: bytes
 ) -> str | None:
     if seq != expected:
         return f"event {expected} is missing: the chain goes on at {seq} (deleted?)"

@@ -48,6 +48,7 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.config import Settings
 from dms.domain import Blob
+from dms.domain.audit import OPERATOR
 from dms.domain.validation import check_flag
 from dms.errors import (
     InvalidTenantName,
@@ -197,7 +198,7 @@ def purge_trash(
     """
     purged = released = 0
     while True:
-        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
             batch = uow.documents.trash(limit=PURGE_BATCH, deleted_before=deleted_before)
             keys = sorted({key for doc in batch for key in purge_document(uow, doc.id)})
             uow.commit()

@@ -49,7 +49,7 @@ STAMP = """
 DECLARE
     actor text := nullif(current_setting('dms.actor', true), '');
 BEGIN
-    NEW.occurred_at := now();
+    NEW.occurred_at := clock_timestamp();
     NEW.txid := pg_current_xact_id()::text::bigint;
     NEW.db_role := session_user;
     NEW.actor_id := NULL;
@@ -265,7 +265,7 @@ def _create_trigger(schema: str, trigger: tuple[str, str, str, str, str, Sequenc
 def _create_tables(schema: str) -> None:
     op.create_table(
         "audit_events",
-        sa.Column("id", sa.BigInteger, sa.Identity(always=False), nullable=False),
+        sa.Column("id", sa.Uuid, server_default=sa.func.gen_random_uuid(), nullable=False),
         sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("txid", sa.BigInteger, nullable=False),
         sa.Column("actor_id", sa.Uuid),
@@ -302,7 +302,7 @@ def _create_tables(schema: str) -> None:
     op.create_index(
         "ix_audit_events_unsealed",
         "audit_events",
-        ["id"],
+        ["occurred_at", "id"],
         schema=schema,
         postgresql_where=sa.text("seq IS NULL"),
     )
@@ -319,7 +319,7 @@ def _create_tables(schema: str) -> None:
     )
     op.create_table(
         "audit_checkpoints",
-        sa.Column("seq", sa.BigInteger, nullable=False),
+        sa.Column("seq", sa.BigInteger, autoincrement=False, nullable=False),
         sa.Column("hash", sa.LargeBinary, nullable=False),
         sa.Column("pruned", sa.BigInteger, nullable=False),
         sa.Column(

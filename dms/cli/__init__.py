@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms import logs
 from dms.cli import (
+    audit,
     blobs,
     check,
     dev,
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         jobs,
         importing,
         search,
+        audit,
     ):
         group.register(commands)
     return parser

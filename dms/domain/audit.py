@@ -69,7 +69,7 @@ class AuditEvent:
     in the tenant's hash chain, ``None`` until it is sealed.
     """
 
-    id: int
+    id: uuid.UUID
     occurred_at: datetime
     txid: int
     actor_id: uuid.UUID | None
@@ -90,7 +90,7 @@ class AuditCursor:
     """Where a page of events ended: pass as ``after`` for the next page (newest first)."""
 
     occurred_at: datetime
-    id: int
+    id: uuid.UUID
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,9 +177,7 @@ def check_audit_cursor(after: object) -> AuditCursor | None:
         not isinstance(after, AuditCursor)
         or not isinstance(after.occurred_at, datetime)
         or after.occurred_at.tzinfo is None
-        or isinstance(after.id, bool)
-        or not isinstance(after.id, int)
-        or not 0 <= after.id < 2**63
+        or not isinstance(after.id, uuid.UUID)
     ):
         raise ValidationError(f"a page of events starts after an AuditCursor, not {shown(after)}")
     return after

@@ -5,7 +5,7 @@ The events are written by the database (migration 0013), never by this module, e
 database's own stamp either way. This module reads them, and holds the statements of the chain:
 sealing (:meth:`~AuditRepository.seal`), the rows a verification walks, pruning.
 
-The chain: sealing gives each unsealed event, in the order of its id, the next position
+The chain: sealing gives each unsealed event, in the order of its time, the next position
 ``seq`` and ``hash = sha256(previous hash || seq as 8 bytes || payload)``, where the payload is
 the event's columns as one JSON array rendered by PostgreSQL (:data:`_PAYLOAD`: deterministic
 text whatever the session's time zone). Verifying recomputes the same, so any change to an
@@ -198,7 +198,10 @@ class AuditRepository(Repository):
         """Seal up to ``limit`` unsealed events after the head (locked first); return how many."""
         seq, previous = self.lock_head()
         rows = self._execute(
-            sa.select(_e.c.id, _PAYLOAD).where(_e.c.seq.is_(None)).order_by(_e.c.id).limit(limit)
+            sa.select(_e.c.id, _PAYLOAD)
+            .where(_e.c.seq.is_(None))
+            .order_by(_e.c.occurred_at, _e.c.id)
+            .limit(limit)
         ).all()
         if not rows:
             return 0
@@ -208,7 +211,7 @@ class AuditRepository(Repository):
             previous = chain_hash(previous, seq, row.payload)
             sealed.append({"id": row.id, "seq": seq, "hash": previous.hex()})
         batch = _recordset.recordset(
-            "sealed", [("id", sa.BigInteger()), ("seq", sa.BigInteger()), ("hash", sa.Text())]
+            "sealed", [("id", sa.Uuid()), ("seq", sa.BigInteger()), ("hash", sa.Text())]
         )
         self._execute(
             sa.update(_e)
@@ -238,7 +241,7 @@ class AuditRepository(Repository):
 
     def chain(
         self, *, after_seq: int, batch: int = 10_000
-    ) -> Iterator[tuple[int, int, bytes, str]]:
+    ) -> Iterator[tuple[int, uuid.UUID, bytes, str]]:
         """The sealed events after ``after_seq`` in chain order: (seq, id, hash, payload).
 
         Read in pages by position, so memory stays bounded whatever the trail's length.
@@ -251,7 +254,7 @@ class AuditRepository(Repository):
                 .limit(batch)
             ).all()
             for row in rows:
-                yield int(row.seq), int(row.id), bytes(row.hash), row.payload
+                yield int(row.seq), row.id, bytes(row.hash), row.payload
             if len(rows) < batch:
                 return
             after_seq = int(rows[-1].seq)
@@ -268,7 +271,7 @@ class AuditRepository(Repository):
             conditions.append(_e.c.occurred_at >= check_timestamp("since", since))
         if until is not None:
             conditions.append(_e.c.occurred_at < check_timestamp("until", until))
-        key: tuple[datetime, int] | None = None
+        key: tuple[datetime, uuid.UUID] | None = None
         columns = (*_EVENT_COLUMNS, _e.c.hash)
         while True:
             statement = sa.select(*columns).where(*conditions)
@@ -321,7 +324,7 @@ def _event(row: sa.Row[Any]) -> AuditEvent:
 def _exported(row: sa.Row[Any]) -> dict[str, Any]:
     values = dict(row._mapping)
     values["occurred_at"] = values["occurred_at"].isoformat()
-    for name in ("actor_id", "object_id", "document_id"):
+    for name in ("id", "actor_id", "object_id", "document_id"):
         if values[name] is not None:
             values[name] = str(values[name])
     if values["hash"] is not None:

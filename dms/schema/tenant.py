@@ -538,7 +538,7 @@ sa.Index(
 audit_events = sa.Table(
     "audit_events",
     metadata,
-    sa.Column("id", sa.BigInteger, sa.Identity(always=False), primary_key=True),
+    _id(),
     sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("txid", sa.BigInteger, nullable=False),
     sa.Column("actor_id", sa.Uuid),
@@ -567,7 +567,10 @@ sa.Index(
 )
 # What the sealer reads: the few events not yet in the chain.
 sa.Index(
-    "ix_audit_events_unsealed", audit_events.c.id, postgresql_where=audit_events.c.seq.is_(None)
+    "ix_audit_events_unsealed",
+    audit_events.c.occurred_at,
+    audit_events.c.id,
+    postgresql_where=audit_events.c.seq.is_(None),
 )
 
 #: The hash of the audit chain before its first event.
@@ -596,7 +599,7 @@ audit_chain = sa.Table(
 audit_checkpoints = sa.Table(
     "audit_checkpoints",
     metadata,
-    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("hash", sa.LargeBinary, nullable=False),
     sa.Column("pruned", sa.BigInteger, nullable=False),
     _created_at(),

@@ -474,6 +474,9 @@ def _keys(value: object) -> set[str]:
         ["blobs", "gc", "--tenant", "{tenant}", "--dry-run", "--blobs", "/nonexistent/dms-blobs"],
         ["search", "config", "--tenant", "{tenant}"],
         ["search", "--tenant", "{tenant}", "words"],
+        ["audit", "seal", "--tenant", "{tenant}"],
+        ["audit", "verify", "--tenant", "{tenant}"],
+        ["audit", "prune", "--tenant", "{tenant}", "--older-than", "1d", "--dry-run"],
     ],
     ids=" ".join,
 )

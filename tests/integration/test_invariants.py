@@ -524,6 +524,7 @@ def test_primary_keys_are_uuids(tenant_conn: Connection, tenant: str) -> None:
         "metadata_field_options",
         "import_provenance",
         "known_users",
+        "audit_events",
     }
     assert {row.data_type for row in rows} == {"uuid"}
 

@@ -106,6 +106,13 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
         "search_links_changed",
         "search_tag_renamed",
         "search_text_extracted",
+        # The audit trail (migration 0013).
+        "audit_guard",
+        "audit_links_delete",
+        "audit_links_insert",
+        "audit_no_truncate",
+        "audit_row",
+        "audit_stamp",
     }
 
 
