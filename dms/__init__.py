@@ -6,6 +6,12 @@ tenant through a :class:`UnitOfWork` (``uow.documents``, ``uow.folders``, ``uow.
 :class:`DmsError`.
 """
 
+from dms.audit import (
+    export_audit_trail,
+    prune_audit_trail,
+    seal_audit_trail,
+    verify_audit_trail,
+)
 from dms.config import Settings
 from dms.db import create_engine
 from dms.domain import (
@@ -93,9 +99,13 @@ __all__ = [
     "downgrade",
     "drop_tenant",
     "drop_tenants",
+    "export_audit_trail",
     "fleet_status",
     "list_tenants",
     "move_tenant",
+    "prune_audit_trail",
+    "seal_audit_trail",
     "tenant_nodes",
     "upgrade",
+    "verify_audit_trail",
 ]

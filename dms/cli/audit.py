@@ -65,7 +65,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "reads", help="record reading a revision's content as an event (on), or not (off)"
     )
     reads.add_argument("--tenant", required=True, help="the tenant")
-    reads.add_argument("setting", choices=("on", "off"))
+    reads.add_argument("setting", choices=("on", "off"), help="on or off")
     reads.set_defaults(run=_reads)
 
 

@@ -450,7 +450,7 @@ def test_bad_arguments_are_refused_before_any_sql(
         {"context": {"request_id": "a\x00b"}},
         {"context": {"request_id": "\udc80"}},
         {"context": {"request_id": object()}},
-        {"context": {"n": float("nan")}},
+        {"context": {"n": 0.5}},
         {"context": {"n": 2**64}},
         {"context": {"v": "x" * 1001}},
         {"context": {f"k{i}": i for i in range(17)}},
@@ -717,7 +717,6 @@ def test_reads_are_recorded_when_the_tenant_asks(
     assert read.after == {"revision_no": 1, "sha256": revision.sha256}
 
 
-@pytest.mark.faults
 def test_concurrent_writers_of_one_tenant_leave_an_intact_chain(
     engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:

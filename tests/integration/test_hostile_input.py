@@ -1109,6 +1109,37 @@ def test_a_unit_of_work_of_any_user_refuses_or_records_that_user(
     outcome("UnitOfWork(user_id)", "accepted intact")
 
 
+CONTEXT_KEYS = st.one_of(st.sampled_from(["request_id", "client.ip"]), TEXT, NOT_TEXT)
+CONTEXTS = st.one_of(
+    st.none(),
+    st.dictionaries(CONTEXT_KEYS, ANYTHING, max_size=3),
+    st.dictionaries(st.sampled_from(["request_id", "client"]), TEXT, max_size=2),
+    ANYTHING,
+)
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
+@given(data=st.data())
+def test_a_unit_of_work_of_any_actor_and_context_refuses_or_records_them_intact(
+    engine: Engine, world: World, data: st.DataObject
+) -> None:
+    system = data.draw(st.one_of(st.none(), st.just("worker"), TEXT, NOT_TEXT), label="system")
+    context = data.draw(CONTEXTS, label="context")
+    with sent_parameters(engine) as sent:
+        try:
+            uow = UnitOfWork(engine, tenant=world.tenant, system=system, context=context)
+        except ValidationError:
+            assert sent == []
+            outcome("UnitOfWork(system, context)", "refused (ValidationError) before any SQL")
+            return
+    with uow:  # never committed: the world stays as it is
+        uow.tags.rename(world.tag_id, name="renamed by an example")
+        (event,) = uow.audit.events(limit=1).items
+    assert (event.action, event.object_id) == ("update", world.tag_id)
+    assert (event.actor_system, event.context) == (system, None if context is None else context)
+    outcome("UnitOfWork(system, context)", "accepted intact")
+
+
 @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None)
 @given(name=st.one_of(TEXT, NOT_TEXT))
 def test_tenant_functions_refuse_a_bad_name_before_any_sql(

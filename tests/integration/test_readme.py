@@ -37,6 +37,7 @@ CHAINED = (
     "Jobs",
     "Importing a file tree",
     "Finding documents by what they say",
+    "Who changed what",
     "Migrations",
 )
 ELSEWHERE = ("Quick start", "Tests", "Benchmarks")
