@@ -14,7 +14,6 @@ committed events, which it chains in the order of their times.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ from sqlalchemy.engine import Engine
 from dms.config import Settings, settings_of
 from dms.domain.audit import OPERATOR
 from dms.domain.validation import check_flag, check_timestamp
-from dms.repositories.audit import SEAL_BATCH, chain_hash
+from dms.repositories.audit import SEAL_BATCH, Links
 from dms.schema.tenant import AUDIT_GENESIS
 from dms.uow import UnitOfWork
 
@@ -73,12 +72,14 @@ def seal_audit_trail(engine: Engine, tenant: str, *, settings: Settings | None =
     """
     resolved = settings if settings is not None else settings_of(engine)
     total = 0
+    last = None
     while True:
         with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=resolved) as uow:
-            sealed = uow.audit.seal()
+            sealed = uow.audit.seal(after=last)
             uow.commit()
-        total += sealed
-        if sealed < SEAL_BATCH:
+        total += sealed.count
+        last = sealed.last
+        if sealed.count < SEAL_BATCH:
             return total
 
 
@@ -98,29 +99,26 @@ def verify_audit_trail(
         found = AuditVerification(
             tenant=tenant, checked=0, starts_after=start, head=head, unsealed=uow.audit.unsealed()
         )
-        expected = start + 1
-        for seq, event_id, stored, payload in uow.audit.chain(after_seq=start):
-            computed = chain_hash(previous, seq, payload)
-            problem = _broken_link(expected, seq, event_id, stored, computed)
-            if problem is not None:
-                return replace(
-                    found, checked=expected - start - 1, broken_at=expected, problem=problem
-                )
-            previous, expected = stored, expected + 1
-    last = expected - 1
-    problem = _broken_head(head, head_hash, last, previous)
-    broken_at = None if problem is None else last + 1
-    return replace(found, checked=last - start, broken_at=broken_at, problem=problem)
+        links = uow.audit.check_links(after_seq=start, previous=previous)
+        broken = _first_broken_link(uow, links, start)
+    if broken is not None:
+        at, link_problem = broken
+        return replace(found, checked=at - start - 1, broken_at=at, problem=link_problem)
+    problem = _broken_head(head, head_hash, links.last_seq, links.last_hash)
+    broken_at = None if problem is None else links.last_seq + 1
+    return replace(found, checked=links.count, broken_at=broken_at, problem=problem)
 
 
-def _broken_link(
-    expected: int, seq: int, event_id: uuid.UUID, stored: bytes, computed: bytes
-) -> str | None:
-    if seq != expected:
-        return f"event {expected} is missing: the chain goes on at {seq} (deleted?)"
-    if stored != computed:
-        return (
-            f"event {seq} (id {event_id}) does not match its hash: changed, moved or forged "
+def _first_broken_link(uow: UnitOfWork, links: Links, start: int) -> tuple[int, str] | None:
+    """Where the first broken link is, and what is wrong there; ``None``: nowhere."""
+    gap, forged = links.gap_at, links.forged_at
+    if gap is not None and (forged is None or gap <= forged):
+        missing = uow.audit.position_before(gap, after_seq=start) + 1
+        return missing, f"event {missing} is missing: the chain goes on at {gap} (deleted?)"
+    if forged is not None:
+        event_id = uow.audit.event_at(forged)
+        return forged, (
+            f"event {forged} (id {event_id}) does not match its hash: changed, moved or forged "
             "(or a link before it was)"
         )
     return None

@@ -70,6 +70,8 @@ END
 #: Events are never changed (sealing sets seq, hash and sealed_at once, nothing else) and never
 #: deleted, except those at or below the newest checkpoint.
 GUARD = """
+DECLARE
+    unsealed audit_events;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         IF OLD.seq <= (SELECT max(seq) FROM audit_checkpoints) THEN
@@ -78,9 +80,11 @@ BEGIN
         RAISE EXCEPTION 'audit events are append-only: event % is not below a checkpoint', OLD.id
             USING ERRCODE = '23M05', CONSTRAINT = 'audit_events_append_only';
     END IF;
-    IF OLD.seq IS NULL AND NEW.seq IS NOT NULL AND NEW.hash IS NOT NULL
-       AND to_jsonb(NEW) - '{seq,hash,sealed_at}'::text[]
-           = to_jsonb(OLD) - '{seq,hash,sealed_at}'::text[] THEN
+    unsealed := NEW;
+    unsealed.seq := NULL;
+    unsealed.hash := NULL;
+    unsealed.sealed_at := NULL;
+    IF OLD.seq IS NULL AND NEW.seq IS NOT NULL AND unsealed IS NOT DISTINCT FROM OLD THEN
         RETURN NEW;
     END IF;
     RAISE EXCEPTION 'audit events are append-only: event % cannot be changed', OLD.id

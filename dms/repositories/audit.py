@@ -6,9 +6,11 @@ database's own stamp either way. This module reads them, and holds the statement
 sealing (:meth:`~AuditRepository.seal`), the rows a verification walks, pruning.
 
 The chain: sealing gives each unsealed event, in the order of its time, the next position
-``seq`` and ``hash = sha256(previous hash || seq as 8 bytes || payload)``, where the payload is
-the event's columns as one JSON array rendered by PostgreSQL (:data:`_PAYLOAD`: deterministic
-text whatever the session's time zone). Verifying recomputes the same, so any change to an
+``seq`` and ``hash = sha256(previous hash || seq as 8 bytes || digest)``, where the digest is
+the SHA-256 of the event's columns as one JSON array rendered by PostgreSQL (:data:`_DIGEST`:
+deterministic text whatever the session's time zone). The server computes each event's digest
+(in C, next to the data), so only 32 bytes per event travel; the chain itself is computed here,
+in order. Verifying recomputes the same, so any change to an
 event's content, position or order, a removed event or a forged one breaks a link
 (:func:`chain_hash`).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -67,7 +70,9 @@ _PAYLOAD = sa.cast(
         _e.c.context,
     ),
     sa.Text,
-).label("payload")
+)
+#: What the chain hashes of an event: the SHA-256 of its payload's UTF-8 bytes.
+_DIGEST = sa.func.sha256(sa.func.convert_to(_PAYLOAD, "UTF8")).label("digest")
 
 _EVENT_COLUMNS = tuple(column for column in _e.c if column.name not in ("hash", "sealed_at"))
 _NEWEST_FIRST = (_e.c.occurred_at.desc(), _e.c.id.desc())
@@ -76,9 +81,37 @@ _NEWEST_FIRST = (_e.c.occurred_at.desc(), _e.c.id.desc())
 SEAL_BATCH = 5000
 
 
-def chain_hash(previous: bytes, seq: int, payload: str) -> bytes:
-    """The hash of the event at ``seq`` whose predecessor's hash is ``previous``."""
-    return hashlib.sha256(previous + seq.to_bytes(8, "big") + payload.encode("utf-8")).digest()
+@dataclass(frozen=True)
+class Links:
+    """What :meth:`AuditRepository.check_links` found after its starting position.
+
+    ``count`` events up to position ``last_seq`` (whose hash is ``last_hash``); ``gap_at``: the
+    first event whose predecessor is not the position before it; ``forged_at``: the first whose
+    hash is not what its content and its predecessor's hash make (``None``: no such event).
+    """
+
+    count: int
+    last_seq: int
+    last_hash: bytes
+    gap_at: int | None
+    forged_at: int | None
+
+
+#: Where an event sorts among the unsealed: (occurred_at, id).
+EventKey = tuple[datetime, uuid.UUID]
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What one sealing batch did: how many it sealed, and the key of the last one."""
+
+    count: int
+    last: EventKey | None
+
+
+def chain_hash(previous: bytes, seq: int, digest: bytes) -> bytes:
+    """The hash of the event at ``seq`` with ``digest``, after the hash ``previous``."""
+    return hashlib.sha256(previous + seq.to_bytes(8, "big") + digest).digest()
 
 
 class AuditRepository(Repository):
@@ -194,21 +227,25 @@ class AuditRepository(Repository):
         row = self._execute(sa.select(_chain.c.last_seq, _chain.c.last_hash)).one()
         return int(row.last_seq), bytes(row.last_hash)
 
-    def seal(self, limit: int = SEAL_BATCH) -> int:
-        """Seal up to ``limit`` unsealed events after the head (locked first); return how many."""
+    def seal(self, limit: int = SEAL_BATCH, *, after: EventKey | None = None) -> Sealed:
+        """Seal up to ``limit`` unsealed events after the head (locked first), oldest first.
+
+        ``after``: only events after this key (the ``last`` of the previous batch of the same
+        run). Sealed rows stay in the unsealed index until a vacuum; a run that started every
+        batch from the beginning would walk past all it had sealed, batch after batch.
+        """
         seq, previous = self.lock_head()
-        rows = self._execute(
-            sa.select(_e.c.id, _PAYLOAD)
-            .where(_e.c.seq.is_(None))
-            .order_by(_e.c.occurred_at, _e.c.id)
-            .limit(limit)
-        ).all()
+        unsealed = sa.select(_e.c.id, _e.c.occurred_at).where(_e.c.seq.is_(None))
+        if after is not None:
+            unsealed = unsealed.where(sa.tuple_(_e.c.occurred_at, _e.c.id) > after)
+        picked = unsealed.order_by(_e.c.occurred_at, _e.c.id).limit(limit).subquery("picked")
+        rows = self._execute(_digests_of(picked, picked.c.occurred_at, picked.c.id)).all()
         if not rows:
-            return 0
+            return Sealed(count=0, last=after)
         sealed = []
         for row in rows:
             seq += 1
-            previous = chain_hash(previous, seq, row.payload)
+            previous = chain_hash(previous, seq, bytes(row.digest))
             sealed.append({"id": row.id, "seq": seq, "hash": previous.hex()})
         batch = _recordset.recordset(
             "sealed", [("id", sa.Uuid()), ("seq", sa.BigInteger()), ("hash", sa.Text())]
@@ -224,7 +261,7 @@ class AuditRepository(Repository):
         self._execute(
             sa.update(_chain).values(last_seq=seq, last_hash=previous, sealed_at=sa.func.now())
         )
-        return len(rows)
+        return Sealed(count=len(rows), last=(rows[-1].occurred_at, rows[-1].id))
 
     def unsealed(self) -> int:
         """How many events are not sealed yet."""
@@ -239,25 +276,55 @@ class AuditRepository(Repository):
         ).first()
         return None if row is None else (int(row.seq), bytes(row.hash))
 
-    def chain(
-        self, *, after_seq: int, batch: int = 10_000
-    ) -> Iterator[tuple[int, uuid.UUID, bytes, str]]:
-        """The sealed events after ``after_seq`` in chain order: (seq, id, hash, payload).
+    def check_links(self, *, after_seq: int, previous: bytes) -> Links:
+        """Recompute every link of the chain after ``after_seq``, whose hash is ``previous``.
 
-        Read in pages by position, so memory stays bounded whatever the trail's length.
+        Set-based, in one pass on the server: each event's hash is recomputed from its own
+        content and its predecessor's stored hash (:data:`_LINK`, the same rule as
+        :func:`chain_hash`, written a second time on purpose: a verification that shared the
+        sealer's code would not notice the sealer's mistakes). Only what is wrong travels.
         """
-        while True:
-            rows = self._execute(
-                sa.select(_e.c.seq, _e.c.id, _e.c.hash, _PAYLOAD)
-                .where(_e.c.seq > after_seq)
-                .order_by(_e.c.seq)
-                .limit(batch)
-            ).all()
-            for row in rows:
-                yield int(row.seq), row.id, bytes(row.hash), row.payload
-            if len(rows) < batch:
-                return
-            after_seq = int(rows[-1].seq)
+        step = _e.c.seq - sa.func.lag(_e.c.seq, 1, after_seq).over(order_by=_e.c.seq)
+        before = sa.func.lag(_e.c.hash, 1, sa.literal(previous, sa.LargeBinary)).over(
+            order_by=_e.c.seq
+        )
+        expected = sa.func.sha256(before.op("||")(sa.func.int8send(_e.c.seq)).op("||")(_DIGEST))
+        links = (
+            sa.select(_e.c.seq, step.label("step"), (expected != _e.c.hash).label("forged"))
+            .where(_e.c.seq > after_seq)
+            .subquery("links")
+        )
+        found = self._execute(
+            sa.select(
+                sa.func.count().label("events"),
+                sa.func.max(links.c.seq).label("last"),
+                sa.func.min(links.c.seq).filter(links.c.step != 1).label("gap"),
+                sa.func.min(links.c.seq).filter(links.c.forged).label("forged"),
+            )
+        ).one()
+        last = after_seq if found.last is None else int(found.last)
+        return Links(
+            count=int(found.events),
+            last_seq=last,
+            last_hash=previous if last == after_seq else self._hash_at(last),
+            gap_at=found.gap,
+            forged_at=found.forged,
+        )
+
+    def _hash_at(self, seq: int) -> bytes:
+        return bytes(self._execute(sa.select(_e.c.hash).where(_e.c.seq == seq)).scalar_one())
+
+    def event_at(self, seq: int) -> uuid.UUID:
+        """The id of the event at position ``seq``."""
+        event_id: uuid.UUID = self._execute(sa.select(_e.c.id).where(_e.c.seq == seq)).scalar_one()
+        return event_id
+
+    def position_before(self, seq: int, *, after_seq: int) -> int:
+        """The position of the last event before ``seq`` (``after_seq`` if there is none)."""
+        found = self._execute(
+            sa.select(sa.func.max(_e.c.seq)).where(_e.c.seq < seq, _e.c.seq > after_seq)
+        ).scalar_one()
+        return after_seq if found is None else int(found)
 
     def exported(
         self, *, since: datetime | None, until: datetime | None, batch: int = 10_000
@@ -315,6 +382,20 @@ class AuditRepository(Repository):
         """Anchor the chain at ``seq`` (a checkpoint), then delete the events up to it."""
         self._execute(sa.insert(_checkpoints).values(seq=seq, hash=hash_, pruned=count))
         return int(self._execute(sa.delete(_e).where(_e.c.seq <= seq)).rowcount)
+
+
+def _digests_of(picked: sa.Subquery, *order: sa.ColumnElement[Any]) -> sa.Select[Any]:
+    """The events of ``picked`` (a subquery of ids) with their digests, in ``order``.
+
+    The digest is computed for the picked rows only: in one query with the filter, the planner
+    may compute it for every candidate row before it sorts and cuts them (it did, for an
+    unanalysed table, four times over).
+    """
+    return (
+        sa.select(_e.c.id, _e.c.occurred_at, _e.c.seq, _e.c.hash, _DIGEST)
+        .join_from(picked, _e, _e.c.id == picked.c.id)
+        .order_by(*order)
+    )
 
 
 def _event(row: sa.Row[Any]) -> AuditEvent:
