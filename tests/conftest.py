@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from dms import embedded, migrations, provisioning, tenancy
+from dms import citus, embedded, migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.db import normalize_url
 from dms.storage import S3BlobStore
@@ -189,3 +189,24 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def s3_store(s3_bucket: str, tmp_path: Path) -> S3BlobStore:
     """A store in a new bucket, under a prefix, staging under this test's folder."""
     return S3BlobStore(s3_bucket, "some/prefix", staging_dir=tmp_path)
+
+
+@pytest.fixture(scope="session")
+def on_citus(engine: Engine) -> bool:
+    """Whether the tests run against a Citus cluster."""
+    with engine.connect() as conn:
+        return citus.is_citus(conn)
+
+
+@pytest.fixture(autouse=True)
+def _engine_markers(request: pytest.FixtureRequest) -> None:
+    """Skip a ``citus_only`` test off Citus and a ``plain_only`` one on it, visibly."""
+    wants_citus = request.node.get_closest_marker("citus_only") is not None
+    wants_plain = request.node.get_closest_marker("plain_only") is not None
+    if not (wants_citus or wants_plain):
+        return
+    on = request.getfixturevalue("on_citus")
+    if wants_citus and not on:
+        pytest.skip("needs a Citus cluster")
+    if wants_plain and on:
+        pytest.skip("about plain PostgreSQL; this is a Citus cluster")

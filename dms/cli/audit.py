@@ -8,6 +8,7 @@ stays verifiable from the checkpoint it leaves.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 
@@ -122,8 +123,16 @@ def _export(ctx: Context, args: argparse.Namespace) -> int:
     if args.output is None:
         written = export_audit_trail(ctx.engine, args.tenant, sys.stdout, **options)
     else:
-        with open(args.output, "w", encoding="utf-8") as out:
-            written = export_audit_trail(ctx.engine, args.tenant, out, **options)
+        # Written next to the target and renamed when complete: a failed export leaves no
+        # file that looks like a whole one.
+        partial = f"{args.output}.partial"
+        try:
+            with open(partial, "w", encoding="utf-8") as out:
+                written = export_audit_trail(ctx.engine, args.tenant, out, **options)
+        except BaseException:
+            os.unlink(partial)
+            raise
+        os.replace(partial, args.output)
     tell(f"exported {written} event(s) of tenant {args.tenant}", level=20)
     return EXIT_OK
 

@@ -155,9 +155,10 @@ def test_reads_on_and_off(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "status", "said"),
+    "mistake",
     [
         (["audit", "verify", "--tenant", "no_such_tenant"], 1, "does not exist"),
+        (["audit", "export", "--tenant", "no_such_tenant", "--output", "{tmp}/x"], 1, "exist"),
         (["audit", "verify", "--tenant", "Bad Name"], 1, "invalid tenant name"),
         (["audit", "seal", "--tenant", "no_such_tenant"], 1, "does not exist"),
         (["audit", "export", "--tenant", "x", "--since", "2026-01-01"], 2, "UTC offset"),
@@ -168,11 +169,12 @@ def test_reads_on_and_off(
 )
 def test_mistakes_get_one_line(
     database_url: URL,
-    arguments: list[str],
-    status: int,
-    said: str,
+    mistake: tuple[list[str], int, str],
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    words, status, said = mistake
+    arguments = [argument.replace("{tmp}", str(tmp_path)) for argument in words]
     if status == 2:
         with pytest.raises(SystemExit) as exited:
             _dms(database_url, *arguments)
@@ -180,3 +182,4 @@ def test_mistakes_get_one_line(
     else:
         assert _dms(database_url, *arguments) == status
     assert said in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # a failed export leaves no file

@@ -8,6 +8,7 @@ every tenant and counts the tenants of each node.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,26 +23,27 @@ def _url(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=False)
 
 
-def _on_citus(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return citus.is_citus(conn)
-
-
 def _shard_nodes(engine: Engine) -> list[str]:
     with engine.connect() as conn:
         return [node.name for node in citus.nodes(conn) if node.holds_shards]
 
 
-def test_move_is_one_line_off_citus_and_moves_on_citus(
+@pytest.mark.plain_only
+def test_move_is_one_line_off_citus(
     engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if not _on_citus(engine):
-        status = main(["--database-url", _url(engine), "tenants", "move", tenant, "--to", "h:1"])
-        assert status == 1
-        assert capsys.readouterr().err.splitlines() == [
-            "error: not a Citus cluster: every tenant lives on the one server"
-        ]
-        return
+    status = main(["--database-url", _url(engine), "tenants", "move", tenant, "--to", "h:1"])
+
+    assert status == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: not a Citus cluster: every tenant lives on the one server"
+    ]
+
+
+@pytest.mark.citus_only
+def test_move_moves_on_citus(
+    engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     here = placement.tenant_nodes(engine)[tenant].name
     there = next(name for name in _shard_nodes(engine) if name != here)
 
@@ -53,27 +55,39 @@ def test_move_is_one_line_off_citus_and_moves_on_citus(
 
 
 def test_move_to_a_node_that_is_not_in_the_cluster_is_one_line(
-    engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
+    engine: Engine, tenant: str, on_citus: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     status = main(["--database-url", _url(engine), "tenants", "move", tenant, "--to", "h:1"])
 
     assert status == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: ")
-    assert ("no node 'h:1'" in line) == _on_citus(engine)
+    assert ("no node 'h:1'" in line) == on_citus
 
 
-def test_status_names_each_tenants_node_on_citus_only(
-    engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _status_of(engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]) -> tuple[Any, Any]:
     main(["--database-url", _url(engine), "status", "--json"])
     document = json.loads(capsys.readouterr().out)
     [mine] = [item for item in document["tenants"] if item["tenant"] == tenant]
+    return document, mine
 
-    if not _on_citus(engine):
-        assert "node" not in mine
-        assert "nodes" not in document
-        return
+
+@pytest.mark.plain_only
+def test_status_names_no_node_off_citus(
+    engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document, mine = _status_of(engine, tenant, capsys)
+
+    assert "node" not in mine
+    assert "nodes" not in document
+
+
+@pytest.mark.citus_only
+def test_status_names_each_tenants_node_on_citus(
+    engine: Engine, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document, mine = _status_of(engine, tenant, capsys)
+
     assert mine["node"] == placement.tenant_nodes(engine)[tenant].name
     assert sum(document["nodes"].values()) == len(placement.tenant_nodes(engine))
     with engine.connect() as conn:

@@ -1,4 +1,4 @@
-"""The database itself refuses every violation of the domain invariants (DESIGN section 4).
+"""The database itself refuses every violation of the domain invariants (docs/architecture.md).
 
 Each violation is written with plain Core on a tenant-routed connection, as any code path could,
 inside a savepoint; the test checks the driver's error class, the constraint it names, and that

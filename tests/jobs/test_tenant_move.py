@@ -80,28 +80,24 @@ class _Writer(threading.Thread):
 
 
 def _other_node(engine: Engine, tenant: str) -> str:
-    """A node that holds tenants other than ``tenant``'s own; any name off Citus."""
+    """A node that holds tenants other than ``tenant``'s own."""
     with engine.connect() as conn:
-        if not citus.is_citus(conn):
-            return "127.0.0.1:1"
         here = placement.tenant_nodes(engine)[tenant]
         return next(n.name for n in citus.nodes(conn) if n.holds_shards and n != here)
 
 
-def _on_citus(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return citus.is_citus(conn)
-
-
 def _move(engine: Engine, tenant: str, to: str) -> None:
-    if not _on_citus(engine):
-        with pytest.raises(ClusterError, match="not a Citus cluster"):
-            placement.move_tenant(engine, tenant, to)
-        return
     placement.move_tenant(engine, tenant, to)
     assert placement.tenant_nodes(engine)[tenant].name == to
 
 
+@pytest.mark.plain_only
+def test_moving_a_tenant_is_refused_off_citus(engine: Engine, tenant: str) -> None:
+    with pytest.raises(ClusterError, match="not a Citus cluster"):
+        placement.move_tenant(engine, tenant, "127.0.0.1:1")
+
+
+@pytest.mark.citus_only
 def test_a_tenant_moves_while_its_jobs_run_and_its_users_write(
     engine: Engine, effects: str, kind: str, user_id: uuid.UUID
 ) -> None:
@@ -149,6 +145,7 @@ def test_moving_to_an_unknown_node_or_an_unknown_tenant_is_refused(
         placement.move_tenant(engine, "t" + uuid.uuid4().hex[:12], "127.0.0.1:1")
 
 
+@pytest.mark.citus_only
 def test_a_move_citus_fails_leaves_the_tenant_where_it_was(
     engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:
@@ -156,10 +153,6 @@ def test_a_move_citus_fails_leaves_the_tenant_where_it_was(
         uow.tags.add(name="kept")
         uow.commit()
     to = _other_node(engine, tenant)
-    if not _on_citus(engine):
-        with pytest.raises(ClusterError, match="not a Citus cluster"):
-            placement.move_tenant(engine, tenant, to)
-        return
     here = placement.tenant_nodes(engine)[tenant].name
     # A relation in the way on the target node, named as the tenant's tags shard (a sequence:
     # Citus refuses tables in a distributed schema on a worker): Citus cannot create the shard

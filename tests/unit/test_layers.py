@@ -234,7 +234,7 @@ def test_every_tenant_table_but_users_has_one_owner() -> None:
 
 
 #: What the job queue and its Worker must never load: they sit below the unit of work and its
-#: users (DESIGN §8); handlers reach a unit of work through the Worker's factory.
+#: users (docs/architecture.md); handlers reach a unit of work through the Worker's factory.
 ABOVE_THE_QUEUE = ("dms.uow", "dms.repositories", "dms.services", "dms.processing", "dms.cli")
 
 
