@@ -22,23 +22,44 @@ def test_ids_carry_the_current_millisecond() -> None:
     assert before <= job_id.int >> 80 <= after + 1
 
 
-def test_ids_increase_within_a_call_and_across_calls_and_threads() -> None:
-    made: list[list[uuid.UUID]] = []
+def test_ids_increase_within_a_call_and_across_calls_of_a_thread() -> None:
+    made: dict[int, list[uuid.UUID]] = {}
 
-    def make() -> None:
+    def make(n: int) -> None:
+        mine = made.setdefault(n, [])
         for _ in range(50):
-            made.append(new_job_ids(20))
+            mine.extend(new_job_ids(20))
 
-    threads = [threading.Thread(target=make) for _ in range(4)]
+    threads = [threading.Thread(target=make, args=(n,)) for n in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    every = [job_id for batch in made for job_id in batch]
+    every = [job_id for ids in made.values() for job_id in ids]
     assert len(set(every)) == 4 * 50 * 20
-    for batch in made:
-        assert batch == sorted(batch)
-    assert all(a < b for a, b in zip(new_job_ids(3), new_job_ids(3)[1:], strict=False))
+    for ids in made.values():
+        assert ids == sorted(ids)
+
+
+def test_a_call_after_another_returned_gives_greater_ids_whichever_thread_makes_it() -> None:
+    # Two threads take turns, many times within each millisecond: the ids in the order the
+    # calls were made must increase, whichever thread made them.
+    made: list[uuid.UUID] = []
+    turns = [threading.Semaphore(1), threading.Semaphore(0)]
+
+    def take_turns(me: int) -> None:
+        for _ in range(200):
+            turns[me].acquire()
+            made.extend(new_job_ids(3))
+            turns[1 - me].release()
+
+    threads = [threading.Thread(target=take_turns, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(made)) == len(made) == 2 * 200 * 3
+    assert made == sorted(made)
 
 
 def test_uuid_of_builds_the_same_uuid_as_its_constructor() -> None:
