@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 
 import dms
 from dms import jobs
@@ -168,21 +168,72 @@ def test_bad_worker_settings_are_refused() -> None:
     engine.dispose()
 
 
+class _Claims:
+    """When ``engine`` ran a claim (a statement with ``SKIP LOCKED``), as seen by the driver."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.times: list[float] = []
+        self._engine = engine
+        sa.event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, *args: Any) -> None:
+        if "SKIP LOCKED" in args[2]:
+            self.times.append(time.monotonic())
+
+    def idle_for(self, seconds: float) -> bool:
+        """Whether a claim ran, and none in the last ``seconds``."""
+        return bool(self.times) and time.monotonic() - self.times[-1] > seconds
+
+    def close(self) -> None:
+        sa.event.remove(self._engine, "before_cursor_execute", self._seen)
+
+
 def test_notify_wakes_an_idle_worker_long_before_its_poll(
-    engine: Engine, effects: str, kind: str
+    engine: Engine, database_url: URL, effects: str, kind: str
 ) -> None:
-    worker = jobs.Worker(engine, {kind: record_effect}, poll_seconds=120)
-    with worker:
-        time.sleep(0.5)  # let the threads find the queue empty and go to sleep
-        (job_id,) = _enqueue(engine, kind, effects)
-        wait_for(_all_done(engine, kind, 1), timeout=30)
+    # The worker's own engine, so that only its claims are counted.
+    own = sa.create_engine(database_url, poolclass=sa.NullPool)
+    claims = _Claims(own)
+    try:
+        with jobs.Worker(own, {kind: record_effect}, poll_seconds=120):
+            # Idle, observed: it has claimed and found nothing, and sleeps until its poll.
+            wait_for(lambda: claims.idle_for(0.5), timeout=30)
+            (job_id,) = _enqueue(own, kind, effects)
+            wait_for(_all_done(own, kind, 1), timeout=30)
+    finally:
+        claims.close()
+        own.dispose()
     assert count_effects(engine, effects, job_id) == 1
 
 
-def test_polling_works_without_listen(engine: Engine, effects: str, kind: str) -> None:
-    with jobs.Worker(engine, {kind: record_effect}, poll_seconds=0.1, listen=False):
+def _listening(engine: Engine) -> int:
+    """Sessions of this database whose last statement was a LISTEN."""
+    activity = sa.table(
+        "pg_stat_activity", sa.column("datname"), sa.column("query"), schema="pg_catalog"
+    )
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    activity.c.datname == sa.func.current_database(),
+                    activity.c.query.startswith("LISTEN"),
+                )
+            ).scalar_one()
+        )
+
+
+@pytest.mark.parametrize("listen", [False, True])
+def test_polling_works_without_listen(
+    engine: Engine, effects: str, kind: str, listen: bool
+) -> None:
+    before = _listening(engine)
+    with jobs.Worker(engine, {kind: record_effect}, poll_seconds=0.1, listen=listen):
         _enqueue(engine, kind, effects, count=3)
         wait_for(_all_done(engine, kind, 3))
+        listening = _listening(engine) - before
+
+    # With listen=True (the control), the worker's listener shows up: the check can fail.
+    assert listening == (1 if listen else 0)
 
 
 def test_stop_finishes_short_jobs_and_releases_the_rest(
