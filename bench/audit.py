@@ -2,7 +2,7 @@
 
 Two tenants of one database: ``audited`` as migrated, ``plain`` with the audit triggers of its
 tables disabled (what dms did before revision 0013). ``--threads`` threads run units of work
-that each create a document with a tag and add its revision (five events), in alternating
+that each create a document with a tag and add its revision (four events), in alternating
 rounds of ``--seconds`` on each tenant, so that the machine's noise falls on both alike; the
 ratio of their rates is what counts. Then ``--events`` more events are written to ``audited`` in
 bulk, sealed and verified, timed; bytes per event are the events table's total size (heap,
@@ -177,7 +177,7 @@ def _table(args: argparse.Namespace, rates: dict[str, list[float]], chain: dict[
 `python bench/audit.py --threads {args.threads} --seconds {args.seconds:g} --events {args.events}`
 (one run, PostgreSQL on this machine, `synchronous_commit=off` so that disk flushes do not
 hide the work; {ROUNDS} alternating rounds, medians). A unit of work creates a document with a
-tag and adds its revision: five events.
+tag and adds its revision: four events.
 
 | measure | target | result |
 | --- | --- | --- |
