@@ -7,6 +7,12 @@
         doc = uow.documents.add(title="March.pdf", folder_id=folder.id)  # all on one connection
         uow.commit()             # without this, everything rolls back
 
+Who acts is named once, for the whole transaction: ``user_id=`` (a user of the IAM) or
+``system=`` (a named system principal; the job worker's units of work are ``worker``), with an
+optional ``context=`` (a request id, a client address). The database reads them from
+transaction-local settings (:func:`_act_as`): the audit trail records them with every change
+(docs/audit.md), and access control will read the same (docs/architecture.md).
+
 Single use. Nested work goes in :meth:`UnitOfWork.savepoint`. Jobs enqueued through the unit
 of work (``dms.jobs.enqueue(uow, ...)``) commit or roll back with the business data.
 

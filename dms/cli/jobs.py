@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy.engine import Connection, Engine
@@ -27,6 +28,7 @@ from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
+from dms.jobs.model import CANCELLABLE_STATES
 from dms.worker import Worker
 
 
@@ -87,6 +89,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     requeue.add_argument("job_id", nargs="?", type=uuid.UUID, help="one dead job")
     requeue.add_argument("--dead", action="store_true", help="every dead job matching filters")
     _filters(requeue)
+    _bulk_flags(requeue, "requeue")
     requeue.set_defaults(run=_requeue)
     prune = job_commands.add_parser("prune", help="delete old finished jobs and expired keys")
     prune.add_argument(
@@ -119,14 +122,32 @@ def _register_operations(
     listing.add_argument("--limit", type=positive, default=100, help="at most this many (100)")
     add_json_flag(listing)
     listing.set_defaults(run=_list)
-    cancel = job_commands.add_parser("cancel", help="cancel a queued, running or dead job for good")
+    cancel = job_commands.add_parser(
+        "cancel", help="cancel a queued, running or dead job, or every one matching filters"
+    )
     cancel.add_argument(
         "job_id",
+        nargs="?",
         type=uuid.UUID,
         help="the job's id; a running attempt is not interrupted but can no longer complete",
     )
+    cancel.add_argument("--tenant", help="every unfinished job of this tenant")
+    cancel.add_argument("--kind", help="every unfinished job of this kind")
+    cancel.add_argument(
+        "--state",
+        action="append",
+        choices=CANCELLABLE_STATES,
+        help="only jobs in this state (repeatable; default: queued, running and dead)",
+    )
+    cancel.add_argument("--older-than", type=duration, help="only jobs created this long ago")
+    _bulk_flags(cancel, "cancel")
     add_json_flag(cancel)
     cancel.set_defaults(run=_cancel)
+
+
+def _bulk_flags(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--dry-run", action="store_true", help=f"only count what would {verb}")
+    parser.add_argument("--yes", action="store_true", help=f"confirm the jobs {verb} by filter")
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
@@ -229,6 +250,12 @@ def _list(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _cancel(ctx: Context, args: argparse.Namespace) -> int:
+    filtered = any(f is not None for f in (args.tenant, args.kind, args.state, args.older_than))
+    if (args.job_id is None) != filtered:
+        tell("error: give a job id, or filters: --tenant, --kind, --state, --older-than")
+        return EXIT_ERROR
+    if filtered:
+        return _by_filter(ctx, args, ("cancel", "cancelled"), _cancelled)
     with ctx.engine.begin() as conn:
         before = jobs.get(conn, args.job_id)
         job = jobs.cancel(conn, args.job_id)
@@ -285,17 +312,85 @@ def _requeue(ctx: Context, args: argparse.Namespace) -> int:
     if (args.job_id is None) == (not args.dead):
         tell("error: give a job id, or --dead with optional filters")
         return EXIT_ERROR
+    if args.dead:
+        return _by_filter(ctx, args, ("requeue", "requeued"), _requeued)
     with ctx.engine.begin() as conn:
-        _require_tenant(conn, args.tenant)
-        if args.job_id is not None:
-            moved = [jobs.requeue_dead_letter(conn, args.job_id)]
-        else:
-            moved = jobs.requeue_dead_letters(
-                conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than
-            )
+        moved = [jobs.requeue_dead_letter(conn, args.job_id)]
     _print_jobs(moved)
     print(f"requeued {len(moved)} job(s)")
     return EXIT_OK
+
+
+def _cancelled(conn: Connection, args: argparse.Namespace) -> list[Job]:
+    return jobs.cancel_matching(
+        conn, tenant=args.tenant, kind=args.kind, states=args.state, older_than=args.older_than
+    )
+
+
+def _requeued(conn: Connection, args: argparse.Namespace) -> list[Job]:
+    return jobs.requeue_dead_letters(
+        conn, kind=args.kind, tenant=args.tenant, older_than=args.older_than
+    )
+
+
+def _by_filter(
+    ctx: Context,
+    args: argparse.Namespace,
+    verbs: tuple[str, str],
+    change: Callable[[Connection, argparse.Namespace], list[Job]],
+) -> int:
+    """Change the jobs a filter matches: counted first (the change rolled back), then done.
+
+    Without ``--yes`` (or ``yes`` typed on a terminal) nothing changes; ``--dry-run`` counts.
+    """
+    verb, done = verbs
+    counted = _changed(ctx, args, change, keep=False)
+    if args.dry_run:
+        _report_bulk(args, f"would {verb}", counted, dry_run=True)
+        return EXIT_OK
+    if counted and not confirmed(args, f"{verb} {len(counted)} job(s){_scope_of(args)}"):
+        return EXIT_ERROR
+    _report_bulk(args, done, _changed(ctx, args, change, keep=True), dry_run=False)
+    return EXIT_OK
+
+
+def _changed(
+    ctx: Context,
+    args: argparse.Namespace,
+    change: Callable[[Connection, argparse.Namespace], list[Job]],
+    *,
+    keep: bool,
+) -> list[Job]:
+    """The jobs ``change`` changed, committed if ``keep``, else rolled back: an exact count."""
+    with ctx.engine.connect() as conn, conn.begin() as transaction:
+        _require_tenant(conn, args.tenant)
+        changed = change(conn, args)
+        if not keep:
+            transaction.rollback()
+    return changed
+
+
+def _scope_of(args: argparse.Namespace) -> str:
+    parts = [
+        f"{name} {value}"
+        for name, value in (
+            ("of tenant", args.tenant),
+            ("of kind", args.kind),
+            ("in state", None if not getattr(args, "state", None) else "/".join(args.state)),
+            ("older than", args.older_than),
+        )
+        if value is not None
+    ]
+    return "" if not parts else " " + ", ".join(parts)
+
+
+def _report_bulk(args: argparse.Namespace, done: str, changed: list[Job], *, dry_run: bool) -> None:
+    if getattr(args, "json", False):
+        emit_json({"dry_run": dry_run, "count": len(changed), "jobs": changed})
+        return
+    if not dry_run:
+        _print_jobs(changed)
+    print(f"{done} {len(changed)} job(s){_scope_of(args)}")
 
 
 def _prune(ctx: Context, args: argparse.Namespace) -> int:

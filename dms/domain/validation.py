@@ -37,7 +37,11 @@ STRING_MAX_CHARS = 1000
 TEXT_MAX_CHARS = 100_000
 URL_MAX_CHARS = 2000
 
-#: Longest metadata field name and option (the database's CHECKs say the same).
+#: Longest names, written once: the checks here and the CHECK constraints of
+#: :mod:`dms.schema.tenant` both read them (migrations keep the value of their day).
+TITLE_MAX_CHARS = 500
+FOLDER_NAME_MAX_CHARS = 255
+TAG_NAME_MAX_CHARS = 100
 FIELD_NAME_MAX_CHARS = 100
 OPTION_MAX_CHARS = 200
 

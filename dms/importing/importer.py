@@ -47,10 +47,9 @@ from dms.blobs import StoredContents, claim_contents, write_ahead, write_content
 from dms.config import Settings
 from dms.domain import NewFolder, NewRevision
 from dms.domain.model import ImportedEntry
+from dms.domain.validation import FOLDER_NAME_MAX_CHARS, TITLE_MAX_CHARS
 from dms.errors import ValidationError
 from dms.processing import define_processing_fields, verification_jobs
-from dms.repositories.documents import TITLE_MAX_CHARS
-from dms.repositories.folders import NAME_MAX_CHARS
 from dms.repositories.imports import ImportRepository, NewImportedDocument, NewImportedEntry
 from dms.schema.tenant import MAX_FOLDER_DEPTH
 from dms.services import extraction_jobs, set_values
@@ -702,7 +701,7 @@ def _ahead(
 
 
 def _max_chars(kind: str) -> int:
-    return NAME_MAX_CHARS if kind == _FOLDER else TITLE_MAX_CHARS
+    return FOLDER_NAME_MAX_CHARS if kind == _FOLDER else TITLE_MAX_CHARS
 
 
 def _defaults(uow: UnitOfWork) -> dict[uuid.UUID, object]:

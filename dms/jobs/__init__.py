@@ -24,6 +24,7 @@ checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :cla
 
 from dms.jobs.admin import (
     cancel,
+    cancel_matching,
     count_expired_leases,
     dead_letter,
     get,
@@ -54,6 +55,7 @@ __all__ = [
     "StateCount",
     "Worker",
     "cancel",
+    "cancel_matching",
     "claim_batch",
     "complete",
     "complete_many",

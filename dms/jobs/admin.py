@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import timedelta
 
 import sqlalchemy as sa
 
 from dms import tenancy
-from dms.domain.validation import shown
+from dms.domain.validation import check_flag, shown
 from dms.errors import JobFinished, NotFound, NotMigrated, ValidationError
 from dms.jobs.executor import Executor, connection_of
-from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
+from dms.jobs.model import (
+    CANCELLABLE_STATES,
+    Job,
+    JobState,
+    PruneResult,
+    QueueStats,
+    StateCount,
+)
 from dms.jobs.rows import job_of_row
 from dms.jobs.statements import (
+    cancel_matching_statement,
     cancel_statement,
     dead_letter_statement,
     expired_leases_statement,
@@ -25,12 +34,12 @@ from dms.jobs.statements import (
     requeue_matching_statement,
     requeue_statement,
     state_counts_statement,
+    unfinished_filter,
 )
 from dms.jobs.translation import STATE_CONSTRAINTS, constraint_of
 from dms.jobs.validation import (
     MAX_AGE,
     require_duration,
-    require_flag,
     require_int,
     require_job_id,
     require_optional_name,
@@ -139,7 +148,7 @@ def prune(
     Keys: those past the retention given when they were enqueued.
     """
     require_duration("older_than", older_than, maximum=MAX_AGE, zero=True)
-    require_flag("include_dead", include_dead)
+    check_flag("include_dead", include_dead)
     conn = connection_of(target)
     pruned_jobs = conn.execute(
         prune_jobs_statement(include_dead=include_dead), {"older_than": older_than}
@@ -179,6 +188,45 @@ def cancel(target: Executor, job_id: uuid.UUID) -> Job:
     if job.state is JobState.CANCELLED:
         return job
     raise JobFinished(f"job {job_id} is {job.state.value}: only unfinished jobs can be cancelled")
+
+
+def cancel_matching(
+    target: Executor,
+    *,
+    tenant: str | None = None,
+    kind: str | None = None,
+    states: Iterable[JobState | str] | None = None,
+    older_than: timedelta | None = None,
+) -> list[Job]:
+    """Cancel every unfinished job matching all given filters; return the cancelled jobs.
+
+    ``states``: some of ``queued``, ``running`` and ``dead`` (default: all three; ``done`` and
+    ``cancelled`` jobs are finished and never match). ``older_than``: only jobs created at
+    least that long ago. Each job is cancelled as :func:`cancel` cancels one (a running
+    attempt can no longer settle). At least one filter must be given: cancelling every
+    unfinished job of every tenant is not something to ask for by leaving filters out.
+    """
+    _require_filters(kind, tenant, older_than)
+    wanted = _cancellable_states(states)
+    if (tenant, kind, states, older_than) == (None, None, None, None):
+        raise ValidationError("give at least one filter: tenant, kind, states or older_than")
+    matching = unfinished_filter(wanted, kind, tenant, older_than)
+    rows = connection_of(target).execute(cancel_matching_statement(matching))
+    return [job_of_row(row) for row in rows]
+
+
+def _cancellable_states(states: object) -> list[str]:
+    if states is None:
+        return list(CANCELLABLE_STATES)
+    if isinstance(states, (str, JobState)) or not isinstance(states, Iterable):
+        raise ValidationError(f"states must be a list of job states, not {shown(states)}")
+    wanted = [_state_of(state).value for state in states]
+    finished = sorted(set(wanted) - set(CANCELLABLE_STATES))
+    if finished or not wanted:
+        raise ValidationError(
+            f"only {', '.join(CANCELLABLE_STATES)} jobs can be cancelled, not {finished or 'none'}"
+        )
+    return wanted
 
 
 def list_jobs(

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from dms.domain.validation import check_flag
 from dms.errors import ValidationError
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import Job
@@ -28,7 +29,6 @@ from dms.jobs.statements import (
 )
 from dms.jobs.validation import (
     require_claim,
-    require_flag,
     require_int,
     require_name,
     require_names,
@@ -76,7 +76,7 @@ def dequeue(
     last until the claim, so the planner decides alone.
     """
     require_claim(worker_id, kinds, limit, lease)
-    require_flag("reclaim", reclaim)
+    check_flag("reclaim", reclaim)
     if after_tenant != "":
         require_name("after_tenant", after_tenant)
     conn = connection_of(target)

@@ -37,6 +37,10 @@ class JobState(str, enum.Enum):
     settlement is fenced off: it changes nothing and its unit of work rolls back."""
 
 
+#: States a job can be cancelled from: every state but the terminal ``done`` and ``cancelled``.
+CANCELLABLE_STATES = (JobState.QUEUED.value, JobState.RUNNING.value, JobState.DEAD.value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Job:
     """A row of ``dms.processing_jobs``.

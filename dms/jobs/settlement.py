@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from dms.domain.validation import shown
+from dms.domain.validation import check_flag, shown
 from dms.errors import LeaseLost, ValidationError
 from dms.jobs import wire
 from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
@@ -28,7 +28,6 @@ from dms.jobs.statements import complete_many_statement, fenced_statement
 from dms.jobs.validation import (
     require_claimed,
     require_claimed_batch,
-    require_flag,
     validate_lease,
 )
 
@@ -122,7 +121,7 @@ def fail(
     :data:`~dms.jobs.failures.MAX_ERROR_CHARS` with a marker (:mod:`dms.jobs.failures`).
     """
     require_claimed(job)
-    require_flag("retry", retry)
+    check_flag("retry", retry)
     for policy in (job.backoff, backoff):
         if policy is not None and not isinstance(policy, Backoff):
             raise ValidationError(f"backoff must be a Backoff, not {shown(policy)}")

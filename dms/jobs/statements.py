@@ -17,6 +17,7 @@ Transactions are expected at READ COMMITTED (PostgreSQL's default).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,9 +26,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import TypeEngine
 
 from dms.jobs import wire
-from dms.jobs.model import JobState
+from dms.jobs.model import CANCELLABLE_STATES, JobState
 from dms.jobs.tables import job_idempotency_keys as ledger
 from dms.jobs.tables import processing_jobs as jobs
+from dms.schema.recordsets import recordset
 from dms.schema.shared import tenants
 
 #: The LISTEN/NOTIFY channel on which enqueue wakes workers up.
@@ -79,13 +81,13 @@ def insert_statement(*, keyed: bool) -> sa.Executable:
     WHERE key IS NOT NULL ON CONFLICT DO NOTHING RETURNING job_id) INSERT INTO processing_jobs
     SELECT ... FROM batch WHERE key IS NULL OR id IN claimed_keys RETURNING id``.
     """
-    recordset = wire.recordset("batch", BATCH_COLUMNS)
+    given = recordset("batch", BATCH_COLUMNS)
     columns = [name for name, _ in BATCH_COLUMNS]
     if not keyed:
-        rows = new_rows(recordset).where(tenants_known())
+        rows = new_rows(given).where(tenants_known())
         inserted = insert(jobs).from_select(columns, rows).returning(jobs.c.id).cte("inserted")
         return sa.select(sa.func.count()).select_from(inserted)
-    batch = sa.select(recordset).where(tenants_known()).cte("batch")
+    batch = sa.select(given).where(tenants_known()).cte("batch")
     expires_at = sa.func.now() + sa.bindparam("key_retention", type_=sa.Interval)
     claimed_keys = (
         insert(ledger)
@@ -477,8 +479,8 @@ def complete_many_statement() -> sa.Executable:
         ("locked_by", sa.Text()),
         ("attempts", sa.Integer()),
     ]
-    acked = wire.recordset("acked", columns)
-    ids = wire.recordset("acked", columns)
+    acked = recordset("acked", columns)
+    ids = recordset("acked", columns)
     return (
         sa.update(jobs)
         .where(
@@ -520,10 +522,6 @@ def dead_filter(
     return sa.and_(*clauses)
 
 
-#: States a job can be cancelled from: every state but the terminal ``done`` and ``cancelled``.
-CANCELLABLE = (JobState.QUEUED.value, JobState.RUNNING.value, JobState.DEAD.value)
-
-
 @functools.cache
 def cancel_statement() -> sa.Executable:
     """Cancel ``:job_id`` unless it is done or cancelled already; return the row if it was.
@@ -535,13 +533,40 @@ def cancel_statement() -> sa.Executable:
         sa.update(jobs)
         .where(
             jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
-            jobs.c.state.in_(CANCELLABLE),
+            jobs.c.state.in_(CANCELLABLE_STATES),
         )
         .values(
             state=JobState.CANCELLED.value,
             lease_expires_at=None,
             finished_at=sa.func.now(),
         )
+        .returning(*jobs.c)
+    )
+
+
+def unfinished_filter(
+    states: Sequence[str], kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.ColumnElement[bool]:
+    """Jobs in ``states`` (cancellable ones) matching every filter given (``None``: any).
+
+    ``older_than``: created at least that long ago.
+    """
+    clauses: list[sa.ColumnElement[bool]] = [jobs.c.state.in_(states)]
+    if kind is not None:
+        clauses.append(jobs.c.kind == kind)
+    if tenant is not None:
+        clauses.append(jobs.c.tenant == tenant)
+    if older_than is not None:
+        clauses.append(jobs.c.created_at < sa.func.now() - sa.literal(older_than, sa.Interval))
+    return sa.and_(*clauses)
+
+
+def cancel_matching_statement(matching: sa.ColumnElement[bool]) -> sa.Executable:
+    """Cancel every job ``matching`` (as :func:`cancel_statement` one); return their rows."""
+    return (
+        sa.update(jobs)
+        .where(matching, jobs.c.state.in_(CANCELLABLE_STATES))
+        .values(state=JobState.CANCELLED.value, lease_expires_at=None, finished_at=sa.func.now())
         .returning(*jobs.c)
     )
 

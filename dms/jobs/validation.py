@@ -89,13 +89,6 @@ def require_int(field: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def require_flag(field: str, value: object) -> bool:
-    """``value`` is ``True`` or ``False``; a truthy object would hide a mistake."""
-    if not isinstance(value, bool):
-        raise ValidationError(f"{field} must be True or False, not {shown(value)}")
-    return value
-
-
 def require_duration(
     field: str, value: object, *, maximum: timedelta, zero: bool = False
 ) -> timedelta:

@@ -18,28 +18,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSON
-from sqlalchemy.sql.functions import Function
-from sqlalchemy.types import TypeEngine
 
 from dms.jobs.ids import uuid_of
-
-
-def recordset(name: str, columns: Sequence[tuple[str, TypeEngine[Any]]]) -> sa.TableValuedAlias:
-    """``json_to_recordset(CAST(:name AS json)) AS name(column type, ...)``.
-
-    The rows of the parameter ``name``: a JSON array of objects, one key per column.
-    """
-    document = sa.cast(sa.bindparam(name, type_=sa.Text), JSON)
-    function: Function[Any] = sa.func.json_to_recordset(document)
-    return function.table_valued(
-        *(sa.column(column, type_) for column, type_ in columns)
-    ).render_derived(name=name, with_types=True)
 
 
 def rows(*columns: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:

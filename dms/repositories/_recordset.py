@@ -1,9 +1,6 @@
-"""Many rows in one statement: a batch travels as one JSON document, read by the server.
+"""Batches of the repositories: one JSON document per statement, ids as text, bytes as hex.
 
-``INSERT ... SELECT ... FROM json_to_recordset(:rows)`` keeps the statement's text the same
-whatever the batch size, so it is compiled once and prepared once per connection, has no
-limit on parameters, and costs one ``json.dumps`` (in C) on the way out. Ids travel as text,
-bytes as hex.
+The server reads such a document with :func:`dms.schema.recordsets.recordset`.
 """
 
 from __future__ import annotations
@@ -13,18 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY, JSON
-from sqlalchemy.sql.functions import Function
-from sqlalchemy.types import TypeEngine
-
-
-def recordset(name: str, columns: Sequence[tuple[str, TypeEngine[Any]]]) -> sa.TableValuedAlias:
-    """``json_to_recordset(CAST(:name AS json)) AS name(column type, ...)``."""
-    document = sa.cast(sa.bindparam(name, type_=sa.Text), JSON)
-    function: Function[Any] = sa.func.json_to_recordset(document)
-    return function.table_valued(
-        *(sa.column(column, type_) for column, type_ in columns)
-    ).render_derived(name=name, with_types=True)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 
 def encode(rows: Sequence[dict[str, Any]]) -> str:

@@ -42,6 +42,7 @@ from dms.domain.model import Revision
 from dms.domain.search import check_page_size
 from dms.domain.validation import check_flag, check_id, check_optional_id, check_timestamp
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset
 from ._base import Repository
@@ -247,7 +248,7 @@ class AuditRepository(Repository):
             seq += 1
             previous = chain_hash(previous, seq, bytes(row.digest))
             sealed.append({"id": row.id, "seq": seq, "hash": previous.hex()})
-        batch = _recordset.recordset(
+        batch = recordset(
             "sealed", [("id", sa.Uuid()), ("seq", sa.BigInteger()), ("hash", sa.Text())]
         )
         self._execute(

@@ -24,6 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from dms.domain import Blob
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset, revisions
 from ._base import Repository
@@ -118,7 +119,7 @@ class BlobRepository(Repository):
 
 @functools.cache
 def _claim_statement() -> sa.Executable:
-    batch = _recordset.recordset(
+    batch = recordset(
         "blobs",
         [("storage_key", sa.Text()), ("sha256", sa.Text()), ("size_bytes", sa.BigInteger())],
     )

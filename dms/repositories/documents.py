@@ -23,6 +23,7 @@ from dms.domain import Cursor, Document, DocumentQuery, MetadataField, NewDocume
 from dms.domain.search import check_cursor, check_page_size, check_query
 from dms.domain.text_query import parse_text_query
 from dms.domain.validation import (
+    TITLE_MAX_CHARS,
     check_flag,
     check_id,
     check_ids,
@@ -34,13 +35,13 @@ from dms.domain.validation import (
 )
 from dms.errors import ConcurrentUpdate, InvariantViolation, NotFound, ValidationError
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset, _rows, folders, metadata, search, tags
 from ._base import Repository
 from ._lock import LockTable
 from .errors import translated
 
-TITLE_MAX_CHARS = 500
 #: Most matches of a content search that are ranked: a word in a tenth of a million documents
 #: would otherwise cost a rank computation each (hundreds of milliseconds) for a page of 20.
 #: Beyond it, the search ranks the first matches the index yields, and says that its total is
@@ -600,7 +601,7 @@ def insert_new(columns: Sequence[str], rows: sa.Select[Any]) -> Insert:
 
 @functools.cache
 def _add_many_statement() -> sa.Executable:
-    batch = _recordset.recordset("documents", [("title", sa.Text()), ("folder_id", sa.Uuid())])
+    batch = recordset("documents", [("title", sa.Text()), ("folder_id", sa.Uuid())])
     rows = sa.select(
         batch.c.title, batch.c.folder_id, sa.bindparam("created_by", type_=sa.Uuid())
     ).where(folders.all_live_locked())
@@ -609,9 +610,7 @@ def _add_many_statement() -> sa.Executable:
 
 @functools.cache
 def _set_current_statement() -> sa.Executable:
-    batch = _recordset.recordset(
-        "current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())]
-    )
+    batch = recordset("current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())])
     return (
         sa.update(_d)
         .where(_d.c.id == batch.c.document_id)

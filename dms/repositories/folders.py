@@ -20,15 +20,20 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Row
 
 from dms.domain import Folder, NewFolder
-from dms.domain.validation import check_flag, check_id, check_name, check_optional_id
+from dms.domain.validation import (
+    FOLDER_NAME_MAX_CHARS,
+    check_flag,
+    check_id,
+    check_name,
+    check_optional_id,
+)
 from dms.errors import InvariantViolation, NotFound
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset, _rows
 from ._base import Repository
 from .errors import ErrorFactory, translated
-
-NAME_MAX_CHARS = 255
 
 _f = t.folders
 COLUMNS = tuple(_f.c)
@@ -115,7 +120,7 @@ class FolderRepository(Repository):
 
     def add(self, *, name: str, parent_id: uuid.UUID | None = None) -> Folder:
         """Create a folder under ``parent_id`` (top level if ``None``)."""
-        check_name("folder", name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
+        check_name("folder", name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
         check_optional_id("parent folder", parent_id)
         self._require_live(parent_id)
         with translated(self._conn, f"folder {name!r} under {parent_id}"):
@@ -141,7 +146,7 @@ class FolderRepository(Repository):
     def rename(self, folder_id: uuid.UUID, *, name: str) -> Folder:
         """Rename a folder; raises :class:`AlreadyExists` if a sibling has the name."""
         check_id("folder", folder_id)
-        check_name("folder", name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
+        check_name("folder", name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
         return self._update(folder_id, f"folder {name!r}", name=name)
 
     def move(self, folder_id: uuid.UUID, *, parent_id: uuid.UUID | None) -> Folder:
@@ -281,7 +286,7 @@ class FolderRepository(Repository):
         the statement, roll the unit of work back.
         """
         for folder in folders:
-            check_name("folder", folder.name, max_chars=NAME_MAX_CHARS, slash_allowed=False)
+            check_name("folder", folder.name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
         if not folders:
             return []
         parents = {f.parent_id for f in folders}
@@ -351,7 +356,7 @@ def _parents_first(folders: list[Folder], root_id: uuid.UUID) -> list[Folder]:
 
 @functools.cache
 def _add_many_statement() -> sa.Executable:
-    batch = _recordset.recordset("folders", [("name", sa.Text()), ("parent_id", sa.Uuid())])
+    batch = recordset("folders", [("name", sa.Text()), ("parent_id", sa.Uuid())])
     rows = sa.select(
         batch.c.name, batch.c.parent_id, sa.bindparam("created_by", type_=sa.Uuid())
     ).where(all_live_locked())

@@ -21,9 +21,10 @@ import sqlalchemy as sa
 
 from dms import citus
 from dms.domain import ImportedEntry, NewDocument, NewRevision
-from dms.domain.validation import check_name
+from dms.domain.validation import TITLE_MAX_CHARS, check_name
 from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset, documents, folders, revisions
 from ._base import Repository
@@ -226,7 +227,7 @@ class ImportRepository(Repository):
 
 @functools.cache
 def _record_statement() -> sa.Executable:
-    batch = _recordset.recordset(
+    batch = recordset(
         "entries",
         [
             ("parent_id", sa.Uuid()),
@@ -260,7 +261,7 @@ def _record_statement() -> sa.Executable:
 
 @functools.cache
 def _record_content_statement() -> sa.Executable:
-    batch = _recordset.recordset("contents", [("document_id", sa.Uuid()), ("sha256", sa.Text())])
+    batch = recordset("contents", [("document_id", sa.Uuid()), ("sha256", sa.Text())])
     return (
         sa.update(_p)
         .where(_p.c.document_id == batch.c.document_id)
@@ -269,7 +270,7 @@ def _record_content_statement() -> sa.Executable:
 
 
 def _import_row(entry: NewImportedDocument) -> dict[str, Any]:
-    check_name("document", entry.title, max_chars=documents.TITLE_MAX_CHARS)
+    check_name("document", entry.title, max_chars=TITLE_MAX_CHARS)
     content = revisions.checked_content(
         storage_key=entry.storage_key,
         sha256=entry.sha256,
@@ -300,7 +301,7 @@ def _import_documents_statement() -> sa.Executable:
     and provenance; the foreign keys between the three are checked at the end of the
     statement, when all rows are in.
     """
-    batch = _recordset.recordset(
+    batch = recordset(
         "entries",
         [
             ("title", sa.Text()),

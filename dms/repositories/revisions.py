@@ -26,6 +26,7 @@ from dms.domain.validation import (
 )
 from dms.errors import NotFound, ValidationError
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset, _rows, documents
 from ._base import Repository
@@ -221,7 +222,7 @@ def insert_from(columns: Sequence[str], rows: sa.Select[Any]) -> sa.Insert:
 
 @functools.cache
 def _add_many_statement() -> sa.Executable:
-    batch = _recordset.recordset(
+    batch = recordset(
         "revisions",
         [
             ("document_id", sa.Uuid()),

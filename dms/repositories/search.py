@@ -38,6 +38,7 @@ from dms.domain.text_query import Term, TextQuery
 from dms.domain.validation import check_id, check_ids, check_text, shown
 from dms.errors import ValidationError
 from dms.schema import tenant as t
+from dms.schema.recordsets import recordset
 
 from . import _recordset
 from ._base import Repository
@@ -355,9 +356,7 @@ class SearchRepository(Repository):
         if not current:
             return {}
         found = sa.select(tsquery(self._tenant, query)).scalar_subquery()
-        pairs = _recordset.recordset(
-            "current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())]
-        )
+        pairs = recordset("current", [("document_id", sa.Uuid()), ("revision_id", sa.Uuid())])
         # The best part of each document: a window rather than DISTINCT ON, which SQLAlchemy
         # 2.0 and 2.1 spell differently.
         best = sa.func.row_number().over(
@@ -407,7 +406,7 @@ def _check_text(revision_id: object, extractor: object, parts: object) -> None:
 
 
 def _rebuild_statement(tenant: str) -> sa.Select[Any]:
-    ids = _recordset.recordset("ids", [("id", sa.Uuid())])
+    ids = recordset("ids", [("id", sa.Uuid())])
     rebuild: Function[Any] = Function(
         "search_rebuild", ids.c.id, packagenames=(tenancy.schema_name(tenant),)
     )

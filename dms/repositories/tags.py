@@ -16,15 +16,19 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Row
 
 from dms.domain import Tag
-from dms.domain.validation import check_id, check_ids, check_name, check_text
+from dms.domain.validation import (
+    TAG_NAME_MAX_CHARS,
+    check_id,
+    check_ids,
+    check_name,
+    check_text,
+)
 from dms.errors import NotFound
 from dms.schema import tenant as t
 
 from . import _rows
 from ._base import Repository
 from .errors import translated
-
-NAME_MAX_CHARS = 100
 
 _t = t.tags
 _links = t.document_tags
@@ -69,7 +73,7 @@ class TagRepository(Repository):
 
     def add(self, *, name: str) -> Tag:
         """Create a tag; raises :class:`AlreadyExists` if one has the name, ignoring case."""
-        check_name("tag", name, max_chars=NAME_MAX_CHARS)
+        check_name("tag", name, max_chars=TAG_NAME_MAX_CHARS)
         with translated(self._conn, f"tag {name!r}"):
             row = self._execute(
                 sa.insert(_t).values(name=name, created_by=self._actor()).returning(*COLUMNS)
@@ -95,7 +99,7 @@ class TagRepository(Repository):
     def rename(self, tag_id: uuid.UUID, *, name: str) -> Tag:
         """Rename a tag; links stay."""
         check_id("tag", tag_id)
-        check_name("tag", name, max_chars=NAME_MAX_CHARS)
+        check_name("tag", name, max_chars=TAG_NAME_MAX_CHARS)
         with translated(self._conn, f"tag {name!r}"):
             row = self._execute(
                 sa.update(_t)

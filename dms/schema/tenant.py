@@ -38,6 +38,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 from dms.domain.model import FieldType
+from dms.domain.validation import (
+    FIELD_NAME_MAX_CHARS,
+    FOLDER_NAME_MAX_CHARS,
+    OPTION_MAX_CHARS,
+    TAG_NAME_MAX_CHARS,
+    TITLE_MAX_CHARS,
+)
 from dms.schema.naming import NAMING_CONVENTION
 
 #: Placeholder schema of the IAM ``users`` table; routing maps it to the configured schema.
@@ -128,7 +135,8 @@ folders = sa.Table(
     _updated_at(),
     _deleted_at(),
     sa.CheckConstraint(
-        "btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= 255", name="name_valid"
+        f"btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= {FOLDER_NAME_MAX_CHARS}",
+        name="name_valid",
     ),
     sa.CheckConstraint("parent_id <> id", name="not_own_parent"),
 )
@@ -155,7 +163,9 @@ documents = sa.Table(
     _created_at(),
     _updated_at(),
     _deleted_at(),
-    sa.CheckConstraint("btrim(title) <> '' AND length(title) <= 500", name="title_valid"),
+    sa.CheckConstraint(
+        f"btrim(title) <> '' AND length(title) <= {TITLE_MAX_CHARS}", name="title_valid"
+    ),
     sa.CheckConstraint("version >= 1", name="version_positive"),
     # A document's current revision must be one of its own revisions.
     sa.ForeignKeyConstraint(
@@ -284,7 +294,9 @@ tags = sa.Table(
     _user_fk("created_by"),
     _created_at(),
     _updated_at(),
-    sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="name_valid"),
+    sa.CheckConstraint(
+        f"btrim(name) <> '' AND length(name) <= {TAG_NAME_MAX_CHARS}", name="name_valid"
+    ),
 )
 sa.Index("uq_tags_name", sa.func.lower(tags.c.name), unique=True)
 sa.Index("ix_tags_created_by", tags.c.created_by)
@@ -326,7 +338,9 @@ metadata_fields = sa.Table(
     _created_at(),
     _updated_at(),
     sa.UniqueConstraint("id", "field_type"),
-    sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 100", name="name_valid"),
+    sa.CheckConstraint(
+        f"btrim(name) <> '' AND length(name) <= {FIELD_NAME_MAX_CHARS}", name="name_valid"
+    ),
     sa.CheckConstraint(f"field_type IN ({_sql_list(FieldType)})", name="field_type_known"),
 )
 sa.Index("uq_metadata_fields_name", sa.func.lower(metadata_fields.c.name), unique=True)
@@ -355,7 +369,9 @@ metadata_field_options = sa.Table(
         f"field_type IN ({_sql_list(kind for kind in FieldType if kind.has_options)})",
         name="field_has_options",
     ),
-    sa.CheckConstraint("btrim(value) <> '' AND length(value) <= 200", name="value_valid"),
+    sa.CheckConstraint(
+        f"btrim(value) <> '' AND length(value) <= {OPTION_MAX_CHARS}", name="value_valid"
+    ),
 )
 sa.Index(
     "uq_metadata_field_options_value",

@@ -11,7 +11,7 @@ import json
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from dms import citus, tenancy
+from dms import citus, provisioning, tenancy
 from dms.audit import (
     export_audit_trail,
     prune_audit_trail,
@@ -47,6 +47,7 @@ from dms.services import (
 )
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
+from tests.conftest import new_slug
 
 _e = t.audit_events
 
@@ -65,8 +66,12 @@ def content_of(data: bytes) -> dict[str, Any]:
 @dataclass
 class World:
     """What a case starts from, committed: a folder with a document (a revision, a tag, a
-    string value), a second tag, a string field and a multi-select field with options."""
+    string value), a second tag, a string field and a multi-select field with options.
 
+    Its names are its own (``tag_name``), so that many worlds fit in one tenant."""
+
+    tenant: str
+    tag_name: str
     folder: uuid.UUID
     document: uuid.UUID
     revision: uuid.UUID
@@ -78,12 +83,13 @@ class World:
 
 
 def _world(engine: Engine, tenant: str, user_id: uuid.UUID) -> World:
+    own = uuid.uuid4().hex[:8]
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        folder = uow.folders.add(name="Invoices")
-        tag, other = uow.tags.add(name="Urgent"), uow.tags.add(name="Paid")
-        text = define_field(uow, name="Customer", field_type=FieldType.STRING)
+        folder = uow.folders.add(name=f"Invoices {own}")
+        tag, other = uow.tags.add(name=f"Urgent {own}"), uow.tags.add(name=f"Paid {own}")
+        text = define_field(uow, name=f"Customer {own}", field_type=FieldType.STRING)
         choices = define_field(
-            uow, name="Topics", field_type=FieldType.MULTI_SELECT, options=["a", "b", "c"]
+            uow, name=f"Topics {own}", field_type=FieldType.MULTI_SELECT, options=["a", "b", "c"]
         )
         doc = create_document(
             uow,
@@ -95,6 +101,8 @@ def _world(engine: Engine, tenant: str, user_id: uuid.UUID) -> World:
         revision = add_revision(uow, doc.id, **content_of(b"march"))
         uow.commit()
     return World(
+        tenant=tenant,
+        tag_name=tag.name,
         folder=folder.id,
         document=doc.id,
         revision=revision.id,
@@ -221,9 +229,23 @@ WRITES: list[tuple[str, Case, dict[tuple[str, str], int]]] = [
 ]
 
 
+@pytest.fixture(scope="module")
+def shared_tenant(engine: Engine) -> Iterator[str]:
+    """One tenant for the tests of this module that look only at their own events.
+
+    Creating a tenant costs seconds on Citus; these tests each build their own world in it
+    (:func:`world`) and find their events by what was there before (:func:`_mark`).
+    """
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
 @pytest.fixture
-def world(engine: Engine, tenant: str, user_id: uuid.UUID) -> World:
-    return _world(engine, tenant, user_id)
+def world(engine: Engine, shared_tenant: str, user_id: uuid.UUID) -> World:
+    """A world of its own in the module's shared tenant."""
+    return _world(engine, shared_tenant, user_id)
 
 
 def _events_after(engine: Engine, tenant: str, mark: frozenset[uuid.UUID]) -> list[AuditEvent]:
@@ -242,11 +264,11 @@ def _mark(engine: Engine, tenant: str) -> frozenset[uuid.UUID]:
 @pytest.mark.parametrize("case", WRITES, ids=[c[0] for c in WRITES])
 def test_every_write_leaves_its_events_by_its_actor(
     engine: Engine,
-    tenant: str,
     user_id: uuid.UUID,
     world: World,
     case: tuple[str, Case, dict[tuple[str, str], int]],
 ) -> None:
+    tenant = world.tenant
     _, write, expected = case
     mark = _mark(engine, tenant)
     context = {"request_id": "r-17", "client": "10.0.0.9"}
@@ -262,8 +284,9 @@ def test_every_write_leaves_its_events_by_its_actor(
 
 
 def test_a_change_records_what_it_was_and_what_it_became(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, user_id: uuid.UUID, world: World
 ) -> None:
+    tenant = world.tenant
     mark = _mark(engine, tenant)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         version = _version(uow, world)
@@ -287,8 +310,9 @@ def test_a_change_records_what_it_was_and_what_it_became(
 
 
 def test_a_statement_of_many_links_is_one_event_per_document_with_the_right_before(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, user_id: uuid.UUID, world: World
 ) -> None:
+    tenant = world.tenant
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         other = uow.documents.add(title="Other.pdf")
         new = [uow.tags.add(name=f"T{i}").id for i in range(3)]
@@ -307,8 +331,9 @@ def test_a_statement_of_many_links_is_one_event_per_document_with_the_right_befo
 
 
 def test_raw_sql_through_the_applications_role_is_recorded_too(
-    engine: Engine, tenant: str, world: World
+    engine: Engine, world: World
 ) -> None:
+    tenant = world.tenant
     mark = _mark(engine, tenant)
     with engine.begin() as conn:
         routed = tenancy.route(conn, tenant)
@@ -317,13 +342,14 @@ def test_raw_sql_through_the_applications_role_is_recorded_too(
 
     (event,) = _events_after(engine, tenant, mark)
     assert (event.object_type, event.action, event.object_id) == ("tag", "update", world.tag)
-    assert (event.before, event.after) == ({"name": "Urgent"}, {"name": "Raw"})
+    assert (event.before, event.after) == ({"name": world.tag_name}, {"name": "Raw"})
     assert (event.actor_id, event.actor_system, event.db_role) == (None, None, role)
 
 
 def test_a_rolled_back_change_leaves_no_event(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, user_id: uuid.UUID, world: World
 ) -> None:
+    tenant = world.tenant
     mark = _mark(engine, tenant)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         uow.folders.add(name="Gone")
@@ -337,7 +363,8 @@ def test_a_rolled_back_change_leaves_no_event(
     assert _events_after(engine, tenant, mark) == []
 
 
-def test_a_system_principal_is_recorded_by_name(engine: Engine, tenant: str, world: World) -> None:
+def test_a_system_principal_is_recorded_by_name(engine: Engine, world: World) -> None:
+    tenant = world.tenant
     mark = _mark(engine, tenant)
     make = UnitOfWork.factory(engine)
     with make(tenant=tenant) as uow:
@@ -358,8 +385,9 @@ def test_a_system_principal_is_recorded_by_name(engine: Engine, tenant: str, wor
 
 
 def test_history_of_a_document_pages_newest_first(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, user_id: uuid.UUID, world: World
 ) -> None:
+    tenant = world.tenant
     for title in ("B.pdf", "C.pdf", "D.pdf"):
         with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
             uow.documents.rename(world.document, title=title, version=_version(uow, world))
@@ -389,9 +417,8 @@ def test_history_of_a_document_pages_newest_first(
     assert [e.id for e in renames] == [e.id for e in events[:3]]
 
 
-def test_events_filter_by_actor_and_time(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_events_filter_by_actor_and_time(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
+    _world(engine, tenant, user_id)  # in a tenant of its own: it reads every event
     with UnitOfWork(engine, tenant=tenant) as uow:
         everything = uow.audit.events(limit=500).items
         by_user = uow.audit.events(actor_id=user_id, limit=500).items
@@ -428,9 +455,9 @@ def test_events_filter_by_actor_and_time(
     ],
 )
 def test_bad_arguments_are_refused_before_any_sql(
-    engine: Engine, tenant: str, call: Callable[[Any], object], pattern: str
+    engine: Engine, shared_tenant: str, call: Callable[[Any], object], pattern: str
 ) -> None:
-    with UnitOfWork(engine, tenant=tenant) as uow:
+    with UnitOfWork(engine, tenant=shared_tenant) as uow:
         with pytest.raises(ValidationError, match=pattern):
             call(uow.audit)
         assert uow.audit.settings().record_reads is False  # the transaction is still usable
@@ -487,9 +514,7 @@ def _sealed_world(engine: Engine, tenant: str, user_id: uuid.UUID) -> int:
     return report.head
 
 
-def test_the_chain_is_intact_after_sealing(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_the_chain_is_intact_after_sealing(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     head = _sealed_world(engine, tenant, user_id)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         uow.tags.add(name="Later")
@@ -506,9 +531,7 @@ def test_the_chain_is_intact_after_sealing(
     )
 
 
-def test_a_changed_event_is_found(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_a_changed_event_is_found(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     head = _sealed_world(engine, tenant, user_id)
     _tamper(engine, tenant, sa.update(_e).where(_e.c.seq == 3).values(after={"name": "forged"}))
 
@@ -518,9 +541,7 @@ def test_a_changed_event_is_found(
     assert report.head == head
 
 
-def test_a_deleted_event_is_found(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_a_deleted_event_is_found(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     _sealed_world(engine, tenant, user_id)
     _tamper(engine, tenant, sa.delete(_e).where(_e.c.seq == 4))
 
@@ -529,9 +550,7 @@ def test_a_deleted_event_is_found(
     assert report.problem == "event 4 is missing: the chain goes on at 5 (deleted?)"
 
 
-def test_the_last_events_deleted_are_found(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_the_last_events_deleted_are_found(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     head = _sealed_world(engine, tenant, user_id)
     _tamper(engine, tenant, sa.delete(_e).where(_e.c.seq >= head - 1))
 
@@ -540,9 +559,7 @@ def test_the_last_events_deleted_are_found(
     assert "events were removed" in str(report.problem)
 
 
-def test_reordered_events_are_found(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_reordered_events_are_found(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     _sealed_world(engine, tenant, user_id)
     swapped = sa.case((_e.c.seq == -5, 6), else_=5)
     _tamper(engine, tenant, sa.update(_e).where(_e.c.seq.in_([5, 6])).values(seq=-_e.c.seq))
@@ -552,9 +569,7 @@ def test_reordered_events_are_found(
     assert (report.intact, report.broken_at) == (False, 5)
 
 
-def test_a_forged_event_is_found(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
-) -> None:
+def test_a_forged_event_is_found(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:
     head = _sealed_world(engine, tenant, user_id)
     forged = {
         "occurred_at": datetime.now(timezone.utc),
@@ -562,7 +577,7 @@ def test_a_forged_event_is_found(
         "db_role": "postgres",
         "action": "delete",
         "object_type": "document",
-        "object_id": world.document,
+        "object_id": uuid.uuid4(),
         "seq": head + 1,
         "hash": bytes(32),
     }
@@ -595,7 +610,7 @@ def _run(engine: Engine, tenant: str, statement: sa.Executable) -> None:
 
 
 def test_the_applications_role_cannot_change_or_delete_events(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:
     head = _sealed_world(engine, tenant, user_id)
     refusals: list[sa.Executable] = [
@@ -615,7 +630,7 @@ def test_the_applications_role_cannot_change_or_delete_events(
 
 
 def test_an_inserted_event_is_stamped_by_the_database(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:
     mark = _mark(engine, tenant)
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
@@ -641,7 +656,7 @@ def test_an_inserted_event_is_stamped_by_the_database(
 
 
 def test_pruning_keeps_what_remains_verifiable(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:
     head = _sealed_world(engine, tenant, user_id)
     with UnitOfWork(engine, tenant=tenant) as uow:
@@ -671,7 +686,7 @@ def test_pruning_keeps_what_remains_verifiable(
 
 
 def test_export_writes_every_event_in_range_as_json_lines(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World
+    engine: Engine, tenant: str, user_id: uuid.UUID
 ) -> None:
     _sealed_world(engine, tenant, user_id)
     out = io.StringIO()
@@ -685,13 +700,14 @@ def test_export_writes_every_event_in_range_as_json_lines(
     assert written == len(lines) > 0
     assert [line["seq"] for line in lines] == list(range(1, written + 1))
     assert all(len(line["hash"]) == 64 for line in lines)
-    assert (lines[0]["object_type"], lines[0]["actor_id"]) == ("folder", str(user_id))
+    assert (lines[0]["object_type"], lines[0]["actor_id"]) == ("tag", str(user_id))
     assert [json.loads(line)["id"] for line in since.getvalue().splitlines()] == [str(newest.id)]
 
 
 def test_reads_are_recorded_when_the_tenant_asks(
-    engine: Engine, tenant: str, user_id: uuid.UUID, world: World, tmp_path: Any
+    engine: Engine, tenant: str, user_id: uuid.UUID, tmp_path: Any
 ) -> None:
+    world = _world(engine, tenant, user_id)  # in a tenant of its own: it reads every event
     store = LocalBlobStore(tmp_path)
     with UnitOfWork(engine, tenant=tenant) as uow:
         revision = uow.revisions.get(world.revision)

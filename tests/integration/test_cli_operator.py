@@ -21,6 +21,7 @@ from dms.cli import EXIT_CLOSED_PIPE, build_parser, main
 from dms.cli.context import Context
 from dms.cli.jobs import WORKER_EXTRA_CONNECTIONS, worker_engine
 from dms.config import Settings
+from dms.jobs import JobState
 from dms.users import create_users_stand_in
 
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
@@ -332,6 +333,44 @@ def test_jobs_cancel_then_list_by_state(
     assert [(job["id"], job["state"]) for job in as_json["jobs"]] == [(str(job_id), "cancelled")]
     assert none_left == ["0 queued job(s) shown"]
     assert every_state == [f"{job_id}\t{tenant}\t{kind}\tcancelled\t0\t", "1 job(s) shown"]
+
+
+def test_jobs_cancel_and_requeue_by_filter_count_first_and_need_yes(
+    database_url: URL, tenant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _url(database_url)
+    kind = f"test.cli.{uuid.uuid4().hex[:8]}"
+    ids = [_enqueued(database_url, tenant, kind) for _ in range(2)]
+    cancel = ["--database-url", url, "jobs", "cancel", "--tenant", tenant, "--kind", kind]
+    requeue = ["--database-url", url, "jobs", "requeue", "--dead", "--kind", kind]
+    scope = f"of tenant {tenant}, of kind {kind}"
+    capsys.readouterr()
+
+    assert main([*cancel, "--dry-run"]) == 0
+    dry = capsys.readouterr().out.splitlines()
+    assert main(cancel) == 1
+    refused = capsys.readouterr().err.splitlines()
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        still = [jobs.get(conn, job_id).state for job_id in ids]
+    assert main([*cancel, "--state", "queued", "--yes", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    with engine.connect() as conn:
+        after = [jobs.get(conn, job_id).state for job_id in ids]
+    engine.dispose()
+    assert main(requeue) == 0  # nothing is dead: nothing to confirm
+    nothing = capsys.readouterr().out.splitlines()
+    assert main(["--database-url", url, "jobs", "cancel"]) == 1
+    neither = capsys.readouterr().err.splitlines()
+
+    assert dry == [f"would cancel 2 job(s) {scope}"]
+    assert refused == [f"refusing to cancel 2 job(s) {scope} without --yes"]
+    assert still == [JobState.QUEUED] * 2
+    assert (done["dry_run"], done["count"]) == (False, 2)
+    assert {job["id"] for job in done["jobs"]} == {str(job_id) for job_id in ids}
+    assert after == [JobState.CANCELLED] * 2
+    assert nothing == [f"requeued 0 job(s) of kind {kind}"]
+    assert neither == ["error: give a job id, or filters: --tenant, --kind, --state, --older-than"]
 
 
 def test_jobs_cancel_of_a_running_job_says_it_can_no_longer_complete(

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import jobs
-from dms.errors import JobFinished, LeaseLost, NotFound, ValidationError
+from dms.errors import InvalidTenantName, JobFinished, LeaseLost, NotFound, ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, job_effects
@@ -155,3 +155,60 @@ def test_list_jobs_filters_by_state_tenant_and_kind_newest_first(
 def test_list_jobs_refuses_an_unknown_state(engine: Engine, state: object) -> None:
     with engine.connect() as conn, pytest.raises(ValidationError, match="state must be one of"):
         jobs.list_jobs(conn, state=state)  # type: ignore[arg-type]
+
+
+def _states(engine: Engine, *job_ids: uuid.UUID) -> list[jobs.JobState]:
+    with engine.connect() as conn:
+        return [jobs.get(conn, job_id).state for job_id in job_ids]
+
+
+def _cancel_matching(engine: Engine, **filters: object) -> set[uuid.UUID]:
+    with engine.begin() as conn:
+        return {job.id for job in jobs.cancel_matching(conn, **filters)}  # type: ignore[arg-type]
+
+
+def test_cancel_matching_cancels_only_what_every_filter_matches(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    other = f"{kind}.other"
+    first, second = _enqueue(engine, kind, tenant), _enqueue(engine, kind, tenant)
+    running = _claim(engine, kind).id
+    (queued,) = {first, second} - {running}
+    finished = _enqueue(engine, other, tenant)
+    with engine.begin() as conn:
+        (job,) = jobs.dequeue(conn, "w1", kinds=[other])
+        jobs.complete(conn, job)
+    waiting = _enqueue(engine, other, tenant)
+
+    only_queued = _cancel_matching(engine, kind=kind, states=["queued"])
+    none_old_enough = _cancel_matching(engine, tenant=tenant, older_than=timedelta(hours=1))
+    rest = _cancel_matching(engine, tenant=tenant)
+
+    assert (only_queued, none_old_enough, rest) == ({queued}, set(), {running, waiting})
+    assert _states(engine, queued, running, waiting, finished) == [
+        *(jobs.JobState.CANCELLED,) * 3,
+        jobs.JobState.DONE,
+    ]
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"states": ["done"]},
+        {"states": ["cancelled", "queued"]},
+        {"states": []},
+        {"states": "queued"},
+        {"states": ["sleeping"]},
+        {"tenant": "Not A Tenant"},
+        {"kind": ""},
+        {"older_than": timedelta(days=-1)},
+    ],
+)
+def test_cancel_matching_refuses_bad_or_missing_filters(
+    engine: Engine, tenant: str, kind: str, filters: dict[str, object]
+) -> None:
+    job_id = _enqueue(engine, kind, tenant)
+    with pytest.raises((ValidationError, InvalidTenantName)), engine.begin() as conn:
+        jobs.cancel_matching(conn, **filters)  # type: ignore[arg-type]
+    assert _states(engine, job_id) == [jobs.JobState.QUEUED]

@@ -51,11 +51,15 @@ EXPECTED = [
     "downgrade",
     "drop_tenant",
     "drop_tenants",
+    "export_audit_trail",
     "fleet_status",
     "list_tenants",
     "move_tenant",
+    "prune_audit_trail",
+    "seal_audit_trail",
     "tenant_nodes",
     "upgrade",
+    "verify_audit_trail",
 ]
 
 PACKAGES = [

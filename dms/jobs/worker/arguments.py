@@ -106,10 +106,3 @@ def lease(value: object) -> timedelta:
     if checked < MIN_LEASE:
         raise ValidationError(f"a worker's lease must be at least {MIN_LEASE}, not {checked}")
     return checked
-
-
-def flag(field: str, value: object) -> bool:
-    """``value`` if it is a ``bool``."""
-    if not isinstance(value, bool):
-        raise ValidationError(f"{field} must be True or False, not {value!r}")
-    return value

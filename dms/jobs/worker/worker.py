@@ -18,6 +18,7 @@ from typing import Generic, TypeVar, cast
 
 from sqlalchemy.engine import URL, Engine
 
+from dms.domain.validation import check_flag
 from dms.errors import ValidationError
 from dms.jobs.backoff import Backoff
 from dms.jobs.claims import LEASE_SECONDS
@@ -116,7 +117,7 @@ class Worker(Generic[U]):
         if unit_of_work is not None and not callable(unit_of_work):
             raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
         self._listen_url = (
-            listen_url_of(engine, listen_url) if arguments.flag("listen", listen) else None
+            listen_url_of(engine, listen_url) if check_flag("listen", listen) else None
         )
         self.name = arguments.name("name", name if name is not None else _default_name())
         self._engine = engine
