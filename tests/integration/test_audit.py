@@ -504,7 +504,7 @@ def _triggers_off(conn: Connection) -> None:
 
 
 def _sealed_world(engine: Engine, tenant: str, user_id: uuid.UUID) -> int:
-    for name in ("x", "y", "z"):
+    for name in ("s", "t", "u", "v", "w", "x", "y", "z"):
         with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
             uow.tags.add(name=name)
             uow.commit()
