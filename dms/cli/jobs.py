@@ -256,6 +256,8 @@ def _cancel(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if filtered:
         return _by_filter(ctx, args, ("cancel", "cancelled"), _cancelled)
+    if _bulk_flags_given(args):
+        return EXIT_ERROR
     with ctx.engine.begin() as conn:
         before = jobs.get(conn, args.job_id)
         job = jobs.cancel(conn, args.job_id)
@@ -314,11 +316,24 @@ def _requeue(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if args.dead:
         return _by_filter(ctx, args, ("requeue", "requeued"), _requeued)
+    if _bulk_flags_given(args):
+        return EXIT_ERROR
     with ctx.engine.begin() as conn:
         moved = [jobs.requeue_dead_letter(conn, args.job_id)]
     _print_jobs(moved)
     print(f"requeued {len(moved)} job(s)")
     return EXIT_OK
+
+
+def _bulk_flags_given(args: argparse.Namespace) -> bool:
+    """Whether ``--dry-run`` or ``--yes`` came with one job id (said, and nothing done).
+
+    A ``--dry-run`` ignored would change the job it was meant to spare.
+    """
+    if args.dry_run or args.yes:
+        tell("error: --dry-run and --yes go with filters; one job id is changed as it is")
+        return True
+    return False
 
 
 def _cancelled(conn: Connection, args: argparse.Namespace) -> list[Job]:

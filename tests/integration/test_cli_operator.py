@@ -362,6 +362,13 @@ def test_jobs_cancel_and_requeue_by_filter_count_first_and_need_yes(
     nothing = capsys.readouterr().out.splitlines()
     assert main(["--database-url", url, "jobs", "cancel"]) == 1
     neither = capsys.readouterr().err.splitlines()
+    spared = _enqueued(database_url, tenant, kind)
+    assert main(["--database-url", url, "jobs", "cancel", str(spared), "--dry-run"]) == 1
+    one_with_dry_run = capsys.readouterr().err.splitlines()
+    engine = sa.create_engine(database_url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        spared_state = jobs.get(conn, spared).state
+    engine.dispose()
 
     assert dry == [f"would cancel 2 job(s) {scope}"]
     assert refused == [f"refusing to cancel 2 job(s) {scope} without --yes"]
@@ -371,6 +378,10 @@ def test_jobs_cancel_and_requeue_by_filter_count_first_and_need_yes(
     assert after == [JobState.CANCELLED] * 2
     assert nothing == [f"requeued 0 job(s) of kind {kind}"]
     assert neither == ["error: give a job id, or filters: --tenant, --kind, --state, --older-than"]
+    assert one_with_dry_run == [
+        "error: --dry-run and --yes go with filters; one job id is changed as it is"
+    ]
+    assert spared_state is JobState.QUEUED
 
 
 def test_jobs_cancel_of_a_running_job_says_it_can_no_longer_complete(
