@@ -2,10 +2,10 @@
 
 For each entry point (enqueue, enqueue_many, NewJob, Backoff, dequeue, claim_batch, complete,
 complete_many, fail, heartbeat, release, requeue, the dead letter, get, stats, prune, reclaim,
-cancel, list_jobs), hypothesis draws values a careless or hostile caller could pass: any text
-(NUL, lone surrogates, every Unicode category, lengths around the caps), JSON that ``jsonb``
-would change or refuse, timestamps with any offset, durations up to ``timedelta.max``, and
-values of the wrong type. Each call must end in one of two ways:
+cancel, cancel_matching, list_jobs), hypothesis draws values a careless or hostile caller could
+pass: any text (NUL, lone surrogates, every Unicode category, lengths around the caps), JSON that
+``jsonb`` would change or refuse, timestamps with any offset, durations up to ``timedelta.max``,
+and values of the wrong type. Each call must end in one of two ways:
 
 * it returns, and what it stored reads back equal to what was given (*accepted intact*);
 * it raises a :class:`~dms.errors.DmsError` of the kinds the entry point may raise
@@ -717,6 +717,24 @@ ENTRY_POINTS: list[EntryPoint] = [
         lambda conn, world, value: jobs.cancel(conn, value),
         _cancelled,
         (*BEFORE_SQL, NotFound),
+    ),
+    EntryPoint(
+        "cancel_matching(states)",
+        lambda world: st.one_of(st.lists(_states(world), max_size=3), _states(world)),
+        lambda conn, world, value: jobs.cancel_matching(conn, tenant=world.tenant, states=value),
+        lambda conn, world, value, result: (
+            {job.state for job in result} - {jobs.JobState.CANCELLED},
+            set(),
+        ),
+    ),
+    *(
+        EntryPoint(
+            f"cancel_matching({field})",
+            _filters,
+            _filtered(jobs.cancel_matching, field),
+            _matching(field),
+        )
+        for field in ("kind", "tenant")
     ),
     EntryPoint(
         "list_jobs(state)",
