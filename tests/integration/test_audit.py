@@ -776,3 +776,27 @@ def test_concurrent_writers_of_one_tenant_leave_an_intact_chain(
 def test_sealing_an_unknown_tenant_is_refused(engine: Engine) -> None:
     with pytest.raises(TenantNotFound):
         seal_audit_trail(engine, "no_such_tenant")
+
+
+def test_the_actor_ends_with_its_transaction_on_a_pooled_connection(
+    database_url: Any, shared_tenant: str, user_id: uuid.UUID
+) -> None:
+    one = sa.create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with UnitOfWork(one, tenant=shared_tenant, user_id=user_id, context={"r": "1"}) as uow:
+            during = uow.connection.execute(
+                sa.select(sa.func.current_setting("dms.actor", True))
+            ).scalar_one()
+            uow.commit()
+        with one.connect() as conn:  # the same server session, next transaction
+            after = conn.execute(
+                sa.select(
+                    sa.func.current_setting("dms.actor", True),
+                    sa.func.current_setting("dms.context", True),
+                )
+            ).one()
+    finally:
+        one.dispose()
+
+    assert during == str(user_id)
+    assert tuple(after) in {("", ""), (None, None)}
