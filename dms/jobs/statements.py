@@ -508,38 +508,51 @@ def requeued_values() -> dict[str, Any]:
     }
 
 
-def dead_filter(
-    kind: str | None, tenant: str | None, older_than: timedelta | None
+def _in_states(
+    states: Sequence[str],
+    kind: str | None,
+    tenant: str | None,
+    older_than: timedelta | None,
+    since: sa.ColumnElement[datetime],
 ) -> sa.ColumnElement[bool]:
-    """Dead jobs matching every filter given (``None``: any)."""
-    clauses = [jobs.c.state == JobState.DEAD.value]
+    """Jobs in ``states`` matching every filter given (``None``: any), aged from ``since``."""
+    clauses: list[sa.ColumnElement[bool]] = [jobs.c.state.in_(states)]
     if kind is not None:
         clauses.append(jobs.c.kind == kind)
     if tenant is not None:
         clauses.append(jobs.c.tenant == tenant)
     if older_than is not None:
-        clauses.append(jobs.c.finished_at < sa.func.now() - sa.literal(older_than, sa.Interval))
+        clauses.append(since < sa.func.now() - sa.literal(older_than, sa.Interval))
     return sa.and_(*clauses)
+
+
+def dead_filter(
+    kind: str | None, tenant: str | None, older_than: timedelta | None
+) -> sa.ColumnElement[bool]:
+    """Dead jobs matching every filter given (``None``: any); ``older_than``: dead that long."""
+    return _in_states([JobState.DEAD.value], kind, tenant, older_than, jobs.c.finished_at)
+
+
+#: What cancelling writes: a running job's lease ends here, so its worker's fenced settlement
+#: (which matches ``state = 'running'``) changes nothing from now on. ``locked_by`` stays, to
+#: say who ran it.
+_CANCELLED = {
+    "state": JobState.CANCELLED.value,
+    "lease_expires_at": None,
+    "finished_at": sa.func.now(),
+}
 
 
 @functools.cache
 def cancel_statement() -> sa.Executable:
-    """Cancel ``:job_id`` unless it is done or cancelled already; return the row if it was.
-
-    A running job's lease ends here: its worker's fenced settlement (which matches
-    ``state = 'running'``) changes nothing from now on. ``locked_by`` stays, to say who ran it.
-    """
+    """Cancel ``:job_id`` unless it is done or cancelled already; return the row if it was."""
     return (
         sa.update(jobs)
         .where(
             jobs.c.id == sa.bindparam("job_id", type_=sa.Uuid),
             jobs.c.state.in_(CANCELLABLE_STATES),
         )
-        .values(
-            state=JobState.CANCELLED.value,
-            lease_expires_at=None,
-            finished_at=sa.func.now(),
-        )
+        .values(_CANCELLED)
         .returning(*jobs.c)
     )
 
@@ -551,14 +564,7 @@ def unfinished_filter(
 
     ``older_than``: created at least that long ago.
     """
-    clauses: list[sa.ColumnElement[bool]] = [jobs.c.state.in_(states)]
-    if kind is not None:
-        clauses.append(jobs.c.kind == kind)
-    if tenant is not None:
-        clauses.append(jobs.c.tenant == tenant)
-    if older_than is not None:
-        clauses.append(jobs.c.created_at < sa.func.now() - sa.literal(older_than, sa.Interval))
-    return sa.and_(*clauses)
+    return _in_states(states, kind, tenant, older_than, jobs.c.created_at)
 
 
 def cancel_matching_statement(matching: sa.ColumnElement[bool]) -> sa.Executable:
@@ -566,7 +572,7 @@ def cancel_matching_statement(matching: sa.ColumnElement[bool]) -> sa.Executable
     return (
         sa.update(jobs)
         .where(matching, jobs.c.state.in_(CANCELLABLE_STATES))
-        .values(state=JobState.CANCELLED.value, lease_expires_at=None, finished_at=sa.func.now())
+        .values(_CANCELLED)
         .returning(*jobs.c)
     )
 
