@@ -25,6 +25,7 @@ PostgreSQL except :func:`is_citus`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -150,8 +151,8 @@ def _set_local(conn: Connection, setting: str, value: str) -> None:
     conn.execute(sa.select(sa.func.set_config(setting, value, True)))
 
 
-def set_local_on_every_node(conn: Connection, setting: str, value: str) -> bool:
-    """On Citus, set ``setting`` for this transaction here and on the workers it uses.
+def set_local_on_every_node(conn: Connection, settings: Mapping[str, str]) -> bool:
+    """On Citus, set ``settings`` for this transaction here and on the workers it uses.
 
     Returns ``False`` (and does nothing) off Citus. A ``set_config`` of the coordinator stays
     on the coordinator, so a ``lock_timeout`` would not bound the waits on the worker that
@@ -161,8 +162,9 @@ def set_local_on_every_node(conn: Connection, setting: str, value: str) -> bool:
     if not is_citus(conn):
         return False
     _set_local(conn, "citus.propagate_set_commands", "local")
-    statement = sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(setting), sql.Literal(value))
-    execute_ddl(conn, statement)
+    for setting, value in settings.items():
+        statement = sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(setting), sql.Literal(value))
+        execute_ddl(conn, statement)
     return True
 
 

@@ -165,7 +165,7 @@ def set_lock_timeout(conn: Connection, settings: Settings | None = None) -> None
     settings = settings or settings_of(conn)
     value = f"{settings.lock_timeout_ms}ms"
     # On Citus the locks a tenant's DDL waits for are on its worker: set it there too.
-    if not citus.set_local_on_every_node(conn, "lock_timeout", value):
+    if not citus.set_local_on_every_node(conn, {"lock_timeout": value}):
         conn.execute(sa.select(sa.func.set_config("lock_timeout", value, True)))
 
 

@@ -248,8 +248,6 @@ def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
     that holds the tenant: there it is ``SET LOCAL``, which Citus replays on that node.
     """
     settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or ""}
-    if citus.is_citus(conn):
-        for name, value in settings.items():
-            citus.set_local_on_every_node(conn, name, value)
+    if citus.set_local_on_every_node(conn, settings):
         return
     conn.execute(sa.select(*(sa.func.set_config(n, v, True) for n, v in settings.items())))

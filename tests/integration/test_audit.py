@@ -499,7 +499,7 @@ def _tamper(engine: Engine, tenant: str, statement: sa.Executable) -> None:
 
 
 def _triggers_off(conn: Connection) -> None:
-    if not citus.set_local_on_every_node(conn, "session_replication_role", "replica"):
+    if not citus.set_local_on_every_node(conn, {"session_replication_role": "replica"}):
         conn.execute(sa.select(sa.func.set_config("session_replication_role", "replica", True)))
 
 

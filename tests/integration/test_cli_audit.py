@@ -49,7 +49,7 @@ def test_verify_says_intact_then_where_the_chain_broke(
     intact = capsys.readouterr().out
     with engine.begin() as conn:
         routed = tenancy.route(conn, tenant)
-        if not citus.set_local_on_every_node(routed, "session_replication_role", "replica"):
+        if not citus.set_local_on_every_node(routed, {"session_replication_role": "replica"}):
             routed.execute(
                 sa.select(sa.func.set_config("session_replication_role", "replica", True))
             )
