@@ -7,9 +7,11 @@ handler writes its effect and then kills its own process with SIGKILL, before co
 a 1 s grace period; the handler blocks for a minute.
 
 ``python -m tests.jobs.child_worker effects URL KIND``: work KIND with 2 runners and a 1 s
-lease; the handler writes its effect and takes a few milliseconds. At SIGTERM the worker's
-stats are printed as one line of JSON on stdout (before the stop, so that ``runners_alive``
-says how many runners survived), then it stops.
+lease; the handler writes its effect and takes a few milliseconds. Once its SIGTERM handler is
+installed and the worker started it prints ``ready`` on stdout (a child signalled before would
+die of the signal's default action, with nothing to report). At SIGTERM the worker's stats are
+printed as one line of JSON on stdout (before the stop, so that ``runners_alive`` says how many
+runners survived), then it stops.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def work(uow: UnitOfWork, job: jobs.Job) -> None:
 
 #: How long a job of the ``effects`` mode takes after its write.
 EFFECT_SECONDS = 0.005
+#: What the ``effects`` mode prints once a SIGTERM would reach its handler.
+READY = "ready"
 
 
 def serve_effects(url: str, kind: str) -> None:
@@ -67,6 +71,7 @@ def serve_effects(url: str, kind: str) -> None:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     worker.start()
+    print(READY, flush=True)
     while not stopped.wait(0.2):
         pass
     print(json.dumps(dataclasses.asdict(worker.stats())), flush=True)

@@ -34,6 +34,7 @@ from dms import jobs, migrations, provisioning, tenancy
 from dms.jobs.tables import processing_jobs
 from dms.jobs.worker import JobUnitOfWork
 from dms.users import create_users_stand_in
+from tests.jobs import child_worker
 from tests.jobs.conftest import effects_metadata, job_effects, wait_for
 from tests.migrations.private_server import private_server
 
@@ -241,7 +242,8 @@ def test_server_restarts_lose_and_repeat_no_job(
 
 
 def _child(url: URL, kind: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    """A worker process of the ``effects`` mode, returned once it can take a SIGTERM."""
+    child = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -254,22 +256,39 @@ def _child(url: URL, kind: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert child.stdout is not None
+    ready = child.stdout.readline().strip()
+    if ready != child_worker.READY:
+        child.kill()
+        child.communicate()
+        pytest.fail(f"a worker process did not start: it printed {ready!r}")
+    return child
 
 
-def _stats_at_stop(child: subprocess.Popen[str]) -> dict[str, int]:
-    child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=30)
-    stats: dict[str, int] = json.loads(out.strip().splitlines()[-1])
-    return stats
+def _stats_at_stop(children: list[subprocess.Popen[str]]) -> list[dict[str, int]]:
+    """Stop every child (all signalled first, so that one that fails leaves none running)."""
+    for child in children:
+        child.send_signal(signal.SIGTERM)
+    outputs = []
+    for child in children:
+        try:
+            out, _ = child.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            for straggler in children:
+                straggler.kill()
+            raise
+        outputs.append(out)
+    return [json.loads(out.strip().splitlines()[-1]) for out in outputs]
 
 
 def test_killed_worker_processes_lose_and_repeat_no_job(
     engine: Engine, effects: str, kind: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, 2000)
-    children = [_child(engine.url, kind) for _ in range(3)]
+    children: list[subprocess.Popen[str]] = []
     kills = 0
     try:
+        children.extend(_child(engine.url, kind) for _ in range(3))
         deadline = time.monotonic() + 20
         while _unfinished(engine, kind) and time.monotonic() < deadline:
             time.sleep(random.uniform(0.5, 1.5))
@@ -281,7 +300,7 @@ def test_killed_worker_processes_lose_and_repeat_no_job(
         wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
         _still_works(engine, kind, effects)
     finally:
-        survivors = [_stats_at_stop(child) for child in children]
+        survivors = _stats_at_stop(children)
     runners_lost = sum(s["runners"] - s["runners_alive"] for s in survivors)
     outcome = _outcome(engine, effects, kind, ids, runners_lost)
     outcome.report("SIGKILL", kills=kills, processes=3)
