@@ -17,9 +17,10 @@ modules that use them: :mod:`dms.jobs.enqueue` (``DEFAULT_MAX_ATTEMPTS``, ...),
 
 The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
 :mod:`~dms.jobs.pipeline` (claiming), :mod:`~dms.jobs.settlement` (complete, fail, heartbeat,
-release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping) hold the public
-functions; :mod:`~dms.jobs.statements` every SQL statement; :mod:`~dms.jobs.validation` the
-checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
+release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping) and
+:mod:`~dms.jobs.schedules` (periodic jobs) hold the public functions;
+:mod:`~dms.jobs.statements` every SQL statement; :mod:`~dms.jobs.validation` the checks made
+before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
 """
 
 from dms.jobs.admin import (
@@ -39,6 +40,15 @@ from dms.jobs.claims import dequeue, reclaim_expired
 from dms.jobs.enqueue import Enqueued, NewJob, enqueue, enqueue_many
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.pipeline import claim_batch
+from dms.jobs.schedules import (
+    Schedule,
+    ScheduleState,
+    Tick,
+    list_schedules,
+    register_schedules,
+    remove_schedule,
+    tick_schedules,
+)
 from dms.jobs.settlement import Completion, complete, complete_many, fail, heartbeat, release
 from dms.jobs.worker import Handler, Worker
 
@@ -52,7 +62,10 @@ __all__ = [
     "NewJob",
     "PruneResult",
     "QueueStats",
+    "Schedule",
+    "ScheduleState",
     "StateCount",
+    "Tick",
     "Worker",
     "cancel",
     "cancel_matching",
@@ -68,10 +81,14 @@ __all__ = [
     "get",
     "heartbeat",
     "list_jobs",
+    "list_schedules",
     "prune",
     "reclaim_expired",
+    "register_schedules",
     "release",
+    "remove_schedule",
     "requeue_dead_letter",
     "requeue_dead_letters",
     "stats",
+    "tick_schedules",
 ]

@@ -166,11 +166,11 @@ def _insert(
     if not keyed:
         if result.scalar_one() == len(new_jobs):
             return [Enqueued(job_id, created=True) for job_id in ids]
-        _require_tenants(conn, slugs)  # nothing was written: a tenant is missing
+        require_tenants(conn, slugs)  # nothing was written: a tenant is missing
         return _insert(conn, new_jobs, key_retention)  # or it was created meanwhile
     created = set(result.scalars())
     if len(created) < len(new_jobs):
-        _require_tenants(conn, slugs)  # keys were taken, or a tenant is missing
+        require_tenants(conn, slugs)  # keys were taken, or a tenant is missing
     results = _resolve_keys(conn, new_jobs, ids, created)
     # A key can vanish between the two statements only when it had expired and a concurrent
     # prune deleted it: it is free again, so those jobs are simply enqueued anew.
@@ -185,7 +185,7 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
-def _require_tenants(conn: Connection, slugs: Sequence[str]) -> None:
+def require_tenants(conn: Connection, slugs: Sequence[str]) -> None:
     """Raise :class:`~dms.errors.TenantNotFound` for the first of ``slugs`` not registered."""
     query = sa.select(tenants.c.slug).where(tenants.c.slug.in_(slugs))
     missing = sorted(set(slugs) - set(conn.scalars(query)))

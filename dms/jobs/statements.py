@@ -28,6 +28,7 @@ from sqlalchemy.types import TypeEngine
 from dms.jobs import wire
 from dms.jobs.model import CANCELLABLE_STATES, JobState
 from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.tables import job_schedules
 from dms.jobs.tables import processing_jobs as jobs
 from dms.schema.recordsets import recordset
 from dms.schema.shared import tenants
@@ -698,3 +699,88 @@ def prune_jobs_statement(*, include_dead: bool) -> sa.Executable:
 def prune_keys_statement() -> sa.Executable:
     """Delete the idempotency keys past their retention."""
     return sa.delete(ledger).where(ledger.c.expires_at < sa.func.now())
+
+
+# --- schedules (dms.jobs.schedules) -----------------------------------------------------------
+
+
+def database_now_statement() -> sa.Select[Any]:
+    """The database's clock at the start of the transaction: every worker ticks by one clock."""
+    return sa.select(sa.func.now())
+
+
+def register_schedule_statement() -> sa.Executable:
+    """Insert a schedule, or replace one of that name.
+
+    A replaced schedule keeps its place (``next_run_at``) unless its cron expression or time
+    zone changed: a worker that registers the same schedules at every start neither skips nor
+    repeats a tick.
+    """
+    stmt = insert(job_schedules)
+    new = stmt.excluded
+    moved = sa.or_(
+        job_schedules.c.cron.is_distinct_from(new.cron),
+        job_schedules.c.timezone.is_distinct_from(new.timezone),
+    )
+    kept = {
+        name: new[name]
+        for name in ("kind", "payload", "tenant", "priority", "max_attempts", "catch_up")
+    }
+    return stmt.on_conflict_do_update(
+        index_elements=[job_schedules.c.name],
+        set_={
+            **kept,
+            "cron": new.cron,
+            "timezone": new.timezone,
+            "next_run_at": sa.case((moved, new.next_run_at), else_=job_schedules.c.next_run_at),
+            "updated_at": sa.func.now(),
+        },
+    )
+
+
+def due_schedules_statement() -> sa.Select[Any]:
+    """Up to ``:limit`` schedules whose next tick has come, locked.
+
+    Those another pass holds are skipped: concurrent workers tick different schedules, and
+    never one tick twice (the pass that holds a row moves it past its ticks before it lets go).
+    """
+    return (
+        sa.select(job_schedules)
+        .where(job_schedules.c.next_run_at <= sa.func.now())
+        .order_by(job_schedules.c.next_run_at)
+        .limit(sa.bindparam("limit"))
+        .with_for_update(skip_locked=True)
+    )
+
+
+def advance_schedule_statement() -> sa.Executable:
+    """Move a ticked schedule to its next tick; record its last tick and skipped ticks."""
+    return (
+        sa.update(job_schedules)
+        .where(job_schedules.c.name == sa.bindparam("schedule_name"))
+        .values(
+            next_run_at=sa.bindparam("next_run_at"),
+            last_tick_at=sa.func.coalesce(
+                sa.bindparam("last_tick_at", type_=job_schedules.c.last_tick_at.type),
+                job_schedules.c.last_tick_at,
+            ),
+            skipped_until=sa.func.coalesce(
+                sa.bindparam("skipped_until", type_=job_schedules.c.last_tick_at.type),
+                job_schedules.c.skipped_until,
+            ),
+        )
+    )
+
+
+def list_schedules_statement() -> sa.Select[Any]:
+    """Every schedule, by name."""
+    return sa.select(job_schedules).order_by(job_schedules.c.name)
+
+
+def remove_schedule_statement() -> sa.Executable:
+    """Delete the schedule ``:schedule_name``; returns its name if there was one."""
+    return (
+        sa.delete(job_schedules)
+        .where(job_schedules.c.name == sa.bindparam("schedule_name"))
+        .returning(job_schedules.c.name)
+    )

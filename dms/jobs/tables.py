@@ -142,3 +142,34 @@ job_idempotency_keys = sa.Table(
     sa.Index("ix_job_idempotency_keys_expires_at", "expires_at"),
 )
 """The idempotency ledger: ``(tenant, kind, key) -> job_id``, kept until ``expires_at``."""
+
+job_schedules = sa.Table(
+    "job_schedules",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("cron", sa.Text, nullable=False),
+    sa.Column("timezone", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False),
+    sa.Column(
+        "tenant",
+        sa.Text,
+        sa.ForeignKey("dms.tenants.slug", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("priority", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("catch_up", sa.Interval, nullable=False),
+    # The first tick not yet enqueued: a tick pass takes the rows where it has come.
+    sa.Column("next_run_at", _TIMESTAMP, nullable=False),
+    sa.Column("last_tick_at", _TIMESTAMP),
+    # The most recent tick skipped because it was older than catch_up when a worker came by.
+    sa.Column("skipped_until", _TIMESTAMP),
+    sa.Column("updated_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.CheckConstraint("btrim(name) <> '' AND length(name) <= 200", name="name_valid"),
+    sa.CheckConstraint("btrim(kind) <> '' AND length(kind) <= 200", name="kind_valid"),
+    sa.CheckConstraint("max_attempts >= 1", name="attempts_valid"),
+    sa.CheckConstraint("catch_up >= interval '0'", name="catch_up_valid"),
+    sa.Index("ix_job_schedules_next_run_at", "next_run_at"),
+)
+"""Periodic jobs (:mod:`dms.jobs.schedules`): a job enqueued at every tick of ``cron``."""

@@ -10,7 +10,11 @@ from sqlalchemy.exc import DBAPIError
 
 #: The foreign keys that tie a job and an idempotency key to a registered tenant.
 TENANT_FOREIGN_KEYS = frozenset(
-    {"fk_processing_jobs_tenant_tenants", "fk_job_idempotency_keys_tenant_tenants"}
+    {
+        "fk_processing_jobs_tenant_tenants",
+        "fk_job_idempotency_keys_tenant_tenants",
+        "fk_job_schedules_tenant_tenants",
+    }
 )
 #: The CHECKs that name states: when one refuses a state this code knows, the table is older.
 STATE_CONSTRAINTS = frozenset(

@@ -5,14 +5,16 @@
 the test starts itself (never the shared one); (c) SIGKILL on random worker processes with
 one-second leases. Each test then checks every job's effect (a row written in the handler's
 unit of work) exactly once, none lost, none stuck ``running``, no runner lost (the workers'
-own stats), and that the worker still processes jobs afterwards. Each prints one line of
-figures (``FAULTS ...``), the record of the issue's closing note. Bounded in time; no timing
-is asserted.
+own stats), and that the worker still processes jobs afterwards; (b) and (c) also tick a
+schedule of every second under the faults, and check that every tick was enqueued once. Each
+prints one line of figures (``FAULTS ...``), the record of the issue's closing note. Bounded in
+time; no timing is asserted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import signal
@@ -23,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,8 @@ REPO = Path(__file__).resolve().parents[2]
 SETTLE_SECONDS = 60.0
 #: Seconds a handler takes after writing its effect, so that faults land mid-job.
 HANDLER_SECONDS = 0.003
+#: Seconds the SIGKILL storm lasts at least, however soon its jobs are done.
+MIN_STORM_SECONDS = 8.0
 #: A short lease, so that a job whose worker died is taken over within seconds.
 LEASE = timedelta(seconds=2)
 
@@ -118,6 +122,43 @@ def _outcome(
 
 def _assert_exactly_once(outcome: Outcome) -> None:
     assert (outcome.duplicates, outcome.lost, outcome.stuck, outcome.runners_lost) == (0, 0, 0, 0)
+
+
+@contextlib.contextmanager
+def _ticking(engine: Engine, tenant: str, kind: str) -> Iterator[list[datetime]]:
+    """A schedule of every second, ticked by the workers under the faults; unscheduled at the
+    end, when the list it gives holds the ticks enqueued (the jobs' ``run_at``), in order.
+
+    No worker handles ``kind.tick``: its jobs stay queued, one per tick enqueued.
+    """
+    schedule = jobs.Schedule(
+        name=f"faults-{uuid.uuid4().hex[:8]}",
+        cron="* * * * * *",
+        kind=f"{kind}.tick",
+        tenant=tenant,
+    )
+    with engine.begin() as conn:
+        jobs.register_schedules(conn, [schedule])
+    ticks: list[datetime] = []
+    try:
+        yield ticks
+    finally:
+        with engine.begin() as conn:
+            jobs.remove_schedule(conn, schedule.name)
+            ticks.extend(
+                conn.scalars(
+                    sa.select(processing_jobs.c.run_at)
+                    .where(processing_jobs.c.kind == schedule.kind)
+                    .order_by(processing_jobs.c.run_at)
+                )
+            )
+
+
+def _assert_every_tick_once(ticks: list[datetime], *, at_least: int) -> None:
+    """Every second from the first tick to the last enqueued once: none lost, none doubled."""
+    gaps = [(a, b) for a, b in itertools.pairwise(ticks) if b - a != timedelta(seconds=1)]
+    assert len(ticks) >= at_least
+    assert gaps == []
 
 
 def _still_works(engine: Engine, kind: str, tenant: str) -> None:
@@ -225,7 +266,7 @@ def test_server_restarts_lose_and_repeat_no_job(
         effects_metadata.create_all(tenancy.route(conn, tenant))
     ids = _enqueue(engine, kind, tenant, 2000)
     worker = jobs.Worker(engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2)
-    with worker:
+    with _ticking(engine, tenant, kind) as ticks, worker:
         wait_for(lambda: _unfinished(engine, kind) < 1800, timeout=SETTLE_SECONDS)
         restart("fast")
         wait_for(lambda: _unfinished(engine, kind) < 1000, timeout=SETTLE_SECONDS)
@@ -234,8 +275,11 @@ def test_server_restarts_lose_and_repeat_no_job(
         _still_works(engine, kind, tenant)
         stats = worker.stats()
     outcome = _outcome(engine, tenant, kind, ids, stats.runners - stats.runners_alive)
-    outcome.report("server restart (fast, immediate)", replaced=stats.runners_replaced)
+    outcome.report(
+        "server restart (fast, immediate)", replaced=stats.runners_replaced, ticks=len(ticks)
+    )
     _assert_exactly_once(outcome)
+    _assert_every_tick_once(ticks, at_least=2)
 
 
 # --- (c) SIGKILL ----------------------------------------------------------------------------
@@ -281,16 +325,18 @@ def _stats_at_stop(children: list[subprocess.Popen[str]]) -> list[dict[str, int]
     return [json.loads(out.strip().splitlines()[-1]) for out in outputs]
 
 
-def test_killed_worker_processes_lose_and_repeat_no_job(
-    engine: Engine, effects: str, kind: str
-) -> None:
-    ids = _enqueue(engine, kind, effects, 2000)
+def _kill_storm(engine: Engine, kind: str, tenant: str) -> tuple[int, int]:
+    """Three worker processes, one SIGKILLed and replaced every 0.5 to 1.5 s, for at least
+    :data:`MIN_STORM_SECONDS` (the schedule's ticks) and until the jobs are done or 20 s have
+    passed; then the jobs left are waited for. The number of kills and of runners lost."""
     children: list[subprocess.Popen[str]] = []
     kills = 0
     try:
         children.extend(_child(engine.url, kind) for _ in range(3))
-        deadline = time.monotonic() + 20
-        while _unfinished(engine, kind) and time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() - started < 20 and (
+            _unfinished(engine, kind) or time.monotonic() - started < MIN_STORM_SECONDS
+        ):
             time.sleep(random.uniform(0.5, 1.5))
             victim = children.pop(random.randrange(len(children)))
             victim.kill()
@@ -298,11 +344,20 @@ def test_killed_worker_processes_lose_and_repeat_no_job(
             kills += 1
             children.append(_child(engine.url, kind))
         wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
-        _still_works(engine, kind, effects)
+        _still_works(engine, kind, tenant)
     finally:
         survivors = _stats_at_stop(children)
-    runners_lost = sum(s["runners"] - s["runners_alive"] for s in survivors)
+    return kills, sum(s["runners"] - s["runners_alive"] for s in survivors)
+
+
+def test_killed_worker_processes_lose_and_repeat_no_job(
+    engine: Engine, effects: str, kind: str
+) -> None:
+    ids = _enqueue(engine, kind, effects, 2000)
+    with _ticking(engine, effects, kind) as ticks:
+        kills, runners_lost = _kill_storm(engine, kind, effects)
     outcome = _outcome(engine, effects, kind, ids, runners_lost)
-    outcome.report("SIGKILL", kills=kills, processes=3)
+    outcome.report("SIGKILL", kills=kills, processes=3, ticks=len(ticks))
     assert kills > 0
     _assert_exactly_once(outcome)
+    _assert_every_tick_once(ticks, at_least=5)

@@ -46,7 +46,7 @@ from dms.errors import (
 from dms.jobs.backoff import MAX_BACKOFF_SECONDS
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.failures import error_text
-from dms.jobs.tables import job_idempotency_keys, processing_jobs
+from dms.jobs.tables import job_idempotency_keys, job_schedules, processing_jobs
 from dms.jobs.validation import (
     MAX_KEY_RETENTION,
     MAX_NAME_CHARS,
@@ -167,8 +167,8 @@ class World:
 
 
 def snapshot(conn: Connection) -> tuple[tuple[Any, ...], ...]:
-    """Row count and checksum of both queue tables."""
-    return checksums(conn, (processing_jobs, job_idempotency_keys))
+    """Row count and checksum of the queue's tables."""
+    return checksums(conn, (processing_jobs, job_idempotency_keys, job_schedules))
 
 
 def _claimed(conn: Connection, tenant: str, kind: str, **options: Any) -> jobs.Job:
@@ -358,6 +358,48 @@ def _new_job_read(conn: Connection, world: World, value: Any, result: Any) -> tu
     return got, expected
 
 
+SCHEDULE_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "name": TEXT,
+    "cron": st.one_of(
+        st.sampled_from(
+            ["* * * * *", "*/5 * * * * *", "@hourly", "0 9 * * 1-5", "0 0 31 2 *", "61 * * * *"]
+        ),
+        st.lists(
+            st.sampled_from(["*", "*/7", "0", "1-5", "L", "#", "?", "99", "-1", "W"]),
+            min_size=1,
+            max_size=7,
+        ).map(" ".join),
+        ANYTHING,
+    ),
+    "timezone": st.one_of(
+        st.sampled_from(["UTC", "Europe/Berlin", "Asia/Kolkata", "America/St_Johns"]), ANYTHING
+    ),
+    "catch_up": DURATIONS,
+}
+
+
+def _scheduled(field: str) -> tuple[Call, ReadBack]:
+    """A schedule with ``field`` drawn, registered; reads back that field of the stored one."""
+
+    def call(conn: Connection, world: World, value: Any) -> object:
+        fields: dict[str, Any] = {
+            "name": f"hostile-{uuid.uuid4().hex}",
+            "cron": "* * * * *",
+            "kind": world.kind,
+            "tenant": world.tenant,
+            field: value,
+        }
+        schedule = jobs.Schedule(**fields)
+        jobs.register_schedules(conn, [schedule])
+        return schedule
+
+    def read_back(conn: Connection, world: World, value: Any, result: Any) -> tuple[object, object]:
+        (stored,) = [s for s in jobs.list_schedules(conn) if s.schedule.name == result.name]
+        return getattr(stored.schedule, field), value
+
+    return call, read_back
+
+
 def _batch(world: World) -> st.SearchStrategy[Any]:
     good = st.builds(
         jobs.NewJob, kind=st.just(world.kind), payload=st.just({}), tenant=st.just(world.tenant)
@@ -538,6 +580,27 @@ ENTRY_POINTS: list[EntryPoint] = [
     *(
         EntryPoint(f"Backoff({part})", SECONDS, *_backoff(part))
         for part in ("initial_seconds", "step_seconds", "maximum_seconds")
+    ),
+    *(
+        EntryPoint(f"Schedule({field})", values, *_scheduled(field))
+        for field, values in SCHEDULE_FIELDS.items()
+    ),
+    EntryPoint(
+        "register_schedules(schedules)",
+        lambda world: st.one_of(
+            st.lists(
+                st.builds(
+                    jobs.Schedule,
+                    name=st.sampled_from(["a", "b"]),
+                    cron=st.just("@daily"),
+                    kind=st.just(world.kind),
+                    tenant=st.just(world.tenant),
+                ),
+                max_size=3,
+            ),
+            ANYTHING,
+        ),
+        lambda conn, world, value: jobs.register_schedules(conn, value),
     ),
     EntryPoint(
         "NewJob(**fields)", NEW_JOB_FIELDS, _new_job, _new_job_read, (*BEFORE_SQL, TenantNotFound)

@@ -23,6 +23,7 @@ from dms.errors import ValidationError
 from dms.jobs.backoff import Backoff
 from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.model import Job
+from dms.jobs.schedules import Schedule, register_schedules, require_schedules
 from dms.jobs.worker import arguments
 from dms.jobs.worker.claimer import Claimer
 from dms.jobs.worker.claims import Claim, ClaimBook
@@ -32,6 +33,7 @@ from dms.jobs.worker.runner import Handler, Runner
 from dms.jobs.worker.settler import Settler
 from dms.jobs.worker.stats import Tally, WorkerStats
 from dms.jobs.worker.supervisor import RUNNER, Part, Supervisor
+from dms.jobs.worker.ticker import Ticker
 from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
 from dms.jobs.worker.wakeup import Listener, Wakeup, listen_url
 
@@ -66,8 +68,10 @@ class Worker(Generic[U]):
     it, the worker claims ahead what its runners finish in a few claim round trips at their
     current pace, and at least one job per runner (:mod:`.window`): many short jobs get
     large claims, long jobs are not hoarded. ``batch_size``: most jobs per claim or
-    completion statement. Every argument is checked here, before any SQL
-    (:class:`~dms.errors.ValidationError`; limits in :mod:`.arguments`).
+    completion statement. ``schedules``: periodic jobs (:class:`~dms.jobs.Schedule`) that
+    :meth:`start` registers; every worker ticks every registered schedule, whoever registered
+    it. Every argument is checked here, before any SQL (:class:`~dms.errors.ValidationError`;
+    limits in :mod:`.arguments`).
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Worker(Generic[U]):
         batch_size: int = BATCH_SIZE,
         prefetch: int = PREFETCH,
         unit_of_work: UnitOfWorkFactory[U] | None = None,
+        schedules: Collection[Schedule] = (),
     ) -> None:
         """Check every argument and configure the worker; nothing runs before :meth:`start`."""
         if not isinstance(engine, Engine):
@@ -120,6 +125,7 @@ class Worker(Generic[U]):
             listen_url_of(engine, listen_url) if check_flag("listen", listen) else None
         )
         self.name = arguments.name("name", name if name is not None else _default_name())
+        self._schedules = require_schedules(schedules)
         self._engine = engine
         self._unit_of_work = unit_of_work or self.default_unit_of_work(engine)
         self._stopping = threading.Event()
@@ -207,6 +213,9 @@ class Worker(Generic[U]):
             stopping=self._renewals_end,
         )
 
+    def _ticker(self) -> Part:
+        return Ticker(self._engine, name=self.name, stopping=self._stopping)
+
     def _listener(self, url: str) -> Part:
         return Listener(
             url,
@@ -219,9 +228,15 @@ class Worker(Generic[U]):
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the runners, the claimers, the completer, the renewer and the listener."""
+        """Register the schedules; start runners, claimers, completer, renewer, ticker, listener.
+
+        A schedule that cannot be registered (its tenant is gone) raises here, and nothing runs.
+        """
         if self._started:
             raise ValidationError("this worker was already started")
+        if self._schedules:
+            with self._engine.begin() as conn:
+                register_schedules(conn, self._schedules)
         self._started = True
         for _ in range(self._concurrency):
             self._supervisor.start(RUNNER, self._runner)
@@ -229,6 +244,7 @@ class Worker(Generic[U]):
         for _ in range(CLAIMERS):
             self._supervisor.start("claimer", self._claimer)
         self._supervisor.start("renewer", self._renewer)
+        self._supervisor.start("ticker", self._ticker)
         if self._listen_url is not None:
             self._supervisor.start("listener", partial(self._listener, self._listen_url))
 
@@ -256,7 +272,7 @@ class Worker(Generic[U]):
         for claim in self._book.take_all():
             self._settler.release(claim)
         self._renewals_end.set()
-        self._supervisor.join("renewer", "listener", timeout=self._poll_seconds + 1.0)
+        self._supervisor.join("renewer", "ticker", "listener", timeout=self._poll_seconds + 1.0)
 
     def _release_ready(self) -> None:
         """Release the jobs claimed ahead that no runner has taken: no one will run them here.
