@@ -244,21 +244,28 @@ def _pass(state: ScheduleState, now: datetime) -> tuple[Tick, datetime]:
     if tick < oldest:
         # Jump over the skipped span instead of walking it: a seconds schedule idle for a
         # month would take millions of steps.
-        first = schedule.next_tick(oldest - timedelta(microseconds=1))
-        skipped_until = _previous_tick(schedule, first, after=tick)
-        tick = first
+        skipped_until = _previous_tick(schedule, oldest, after=tick)
+        tick = _next_or_never(schedule, oldest - timedelta(microseconds=1))
     ticks: list[datetime] = []
     while tick <= now and len(ticks) < MAX_TICKS_PER_PASS:
         ticks.append(tick)
-        try:
-            tick = schedule.next_tick(tick)
-        except NeverFires:
-            tick = NEVER  # its last tick: the schedule stays, listed, and is never due again
+        tick = _next_or_never(schedule, tick)
     return Tick(schedule.name, tuple(ticks), skipped_until), tick
 
 
+def _next_or_never(schedule: Schedule, after: datetime) -> datetime:
+    """The next tick after ``after``, or :data:`NEVER` after the last one.
+
+    A year field can pass: the schedule stays, listed, and is never due again.
+    """
+    try:
+        return schedule.next_tick(after)
+    except NeverFires:
+        return NEVER
+
+
 def _previous_tick(schedule: Schedule, before: datetime, *, after: datetime) -> datetime:
-    """The last tick before ``before`` (at least ``after``, a tick itself)."""
+    """The last tick strictly before ``before``; ``after``, a tick before it, bounds it."""
     zone = ZoneInfo(schedule.timezone)
     previous = croniter(schedule.cron, before.astimezone(zone)).get_prev(datetime)
     return max(previous.astimezone(timezone.utc), after)

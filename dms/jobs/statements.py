@@ -722,14 +722,14 @@ def register_schedule_statement() -> sa.Executable:
         job_schedules.c.cron.is_distinct_from(new.cron),
         job_schedules.c.timezone.is_distinct_from(new.timezone),
     )
-    kept = {
+    replaced = {
         name: new[name]
         for name in ("kind", "payload", "tenant", "priority", "max_attempts", "catch_up")
     }
     return stmt.on_conflict_do_update(
         index_elements=[job_schedules.c.name],
         set_={
-            **kept,
+            **replaced,
             "cron": new.cron,
             "timezone": new.timezone,
             "next_run_at": sa.case((moved, new.next_run_at), else_=job_schedules.c.next_run_at),

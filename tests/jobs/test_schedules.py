@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, provisioning
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
+from dms.jobs.schedules import NEVER
 from dms.jobs.tables import job_schedules, processing_jobs
 from dms.jobs.worker import JobUnitOfWork
 from tests.conftest import new_slug
@@ -165,6 +166,29 @@ def test_no_catch_up_enqueues_only_what_is_due_now(engine: Engine, tenant: str, 
         (tick,) = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
     assert tick.ticks == ()
     assert tick.skipped_until is not None
+
+
+def test_a_schedule_past_its_last_tick_is_never_due_again_and_the_others_still_tick(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    ended = _schedule(tenant, f"{kind}.ended", "0 0 1 1 * 0 2027")
+    live = _schedule(tenant, kind)
+    with engine.begin() as conn:
+        jobs.register_schedules(conn, [ended, live])
+        _rewind(conn, live.name, timedelta(seconds=2))
+        # As if its year had passed with no worker running: its only tick is long gone.
+        conn.execute(
+            sa.update(job_schedules)
+            .where(job_schedules.c.name == ended.name)
+            .values(cron="0 0 1 1 * 0 2001", next_run_at=datetime(2001, 1, 1, tzinfo=timezone.utc))
+        )
+    with engine.begin() as conn:
+        ticks = {tick.name: tick for tick in jobs.tick_schedules(conn)}
+        state = _state(conn, ended.name)
+    assert ticks[ended.name].ticks == ()
+    assert ticks[ended.name].skipped_until == datetime(2001, 1, 1, tzinfo=timezone.utc)
+    assert state.next_run_at == NEVER
+    assert len(ticks[live.name].ticks) >= 2
 
 
 def test_registering_again_keeps_the_place_unless_the_cron_changes(
