@@ -169,8 +169,8 @@ def _require_tenant(conn: Connection, tenant: str | None) -> None:
 
 
 #: Connections a Worker holds beside its runners' (docs/jobs.md, "Running workers in
-#: production"): two claimers, the completer, the renewer, one settling.
-WORKER_EXTRA_CONNECTIONS = 5
+#: production"): two claimers, the completer, the renewer, the ticker, one settling.
+WORKER_EXTRA_CONNECTIONS = 6
 
 
 def worker_engine(ctx: Context, concurrency: int) -> Engine:

@@ -491,7 +491,7 @@ def test_dms_worker_sizes_its_pool_for_its_threads(database_url: URL) -> None:
         engine = worker_engine(ctx, 7)
 
         assert isinstance(engine.pool, QueuePool)
-        assert engine.pool.size() == 7 + WORKER_EXTRA_CONNECTIONS == 12
+        assert engine.pool.size() == 7 + WORKER_EXTRA_CONNECTIONS == 13
         assert engine.pool._pre_ping  # where SQLAlchemy keeps pool_pre_ping
         with pytest.raises(RuntimeError):
             ctx.engine_with(pool_size=1)
