@@ -72,6 +72,14 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
     into = _resolve_into(ctx, args.tenant, args.into)
     store = ctx.store(args.blobs)
     with _Progress(count_files(root)) as progress, sigterm_as_interrupt() as signals:
+
+        def after_batch(done: ImportProgress) -> None:
+            progress(done)
+            if signals.received:
+                # The interrupt was swallowed where it landed (a weakref callback, say): stop
+                # here, between two committed batches, as it would have stopped anyway.
+                raise KeyboardInterrupt
+
         try:
             report = import_tree(
                 ctx.engine,
@@ -82,7 +90,7 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
                 into=into,
                 name_policy=NamePolicy(args.names),
                 batch_files=args.batch_size,
-                progress=progress,
+                progress=after_batch,
                 settings=ctx.settings,
             )
         except KeyboardInterrupt:

@@ -34,15 +34,24 @@ class Signals:
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[Signals]:
-    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does."""
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does; both are recorded.
+
+    ``KeyboardInterrupt`` is raised wherever the main thread happens to be, and where that is a
+    weakref callback or a ``__del__``, Python prints it as ignored and goes on: a caller with
+    points where stopping is safe checks :attr:`Signals.received` there too. Ctrl-C is recorded
+    only where it would raise anyway (Python's default handler): an ignored SIGINT stays ignored.
+    """
     signals = Signals()
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         signals.received.append(signum)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
         yield signals
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
