@@ -1,10 +1,11 @@
-"""``dms worker --app module:attribute``: the job handlers of an application, loaded by name.
+"""``dms worker --app module:attribute``: an application's job handlers and schedules, by name.
 
-An app is a module attribute that is either a mapping of job kinds to handlers
-(``handler(uow, job)``, run in the job tenant's :class:`~dms.uow.UnitOfWork`) or a callable
-that takes the worker's blob store and returns one, as :func:`dms.processing.handlers` does.
-The handlers of ``dms`` itself (:data:`BUILT_IN`) always come first; a kind that two apps
-handle is refused, so that which handler runs is never a matter of order.
+An app is a module attribute that is a :class:`~dms.jobs.App` (handlers and schedules), a
+mapping of job kinds to handlers (``handler(uow, job)``, run in the job tenant's
+:class:`~dms.uow.UnitOfWork`), or a callable that takes the worker's blob store and returns
+either, as :func:`dms.processing.handlers` does. The handlers of ``dms`` itself
+(:data:`BUILT_IN`) always come first; a kind that two apps handle, or a schedule name that two
+apps use, is refused, so that what runs is never a matter of order.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dms.errors import ConfigurationError
-from dms.jobs import Handler
+from dms.errors import ConfigurationError, ValidationError
+from dms.jobs import App, Handler, Schedule
 from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
@@ -22,38 +23,51 @@ from dms.uow import UnitOfWork
 BUILT_IN = "dms.processing:handlers"
 
 
-def load_handlers(apps: Sequence[str], store: BlobStore) -> dict[str, Handler[UnitOfWork]]:
-    """The handlers of :data:`BUILT_IN` and of each of ``apps``, by kind.
+def load_apps(apps: Sequence[str], store: BlobStore) -> App:
+    """The handlers and schedules of :data:`BUILT_IN` and of each of ``apps``, as one app.
 
     Raises :class:`~dms.errors.ConfigurationError` naming the app for a malformed name, a
-    module that cannot be imported, a missing attribute, a value that is no app, or a kind
-    that two apps handle.
+    module that cannot be imported, a missing attribute, a value that is no app, or a kind or
+    schedule name that two apps claim.
     """
     handlers: dict[str, Handler[UnitOfWork]] = {}
+    schedules: dict[str, Schedule] = {}
     owners: dict[str, str] = {}
-    for app in [BUILT_IN, *(a for a in apps if a != BUILT_IN)]:
-        for kind, handler in _handlers_of(app, store).items():
-            if kind in owners:
-                raise ConfigurationError(
-                    f"--app {app}: job kind {kind!r} is handled by {owners[kind]} already"
-                )
-            owners[kind] = app
+    for name in [BUILT_IN, *(a for a in apps if a != BUILT_IN)]:
+        app = _app(name, store)
+        for kind, handler in app.handlers.items():
+            _claim(owners, f"job kind {kind!r}", name)
             handlers[kind] = handler
-    return handlers
+        for schedule in app.schedules:
+            _claim(owners, f"schedule {schedule.name!r}", name)
+            schedules[schedule.name] = schedule
+    return App(handlers, tuple(schedules.values()))
 
 
-def _handlers_of(app: str, store: BlobStore) -> Mapping[str, Handler[UnitOfWork]]:
-    value = _attribute(app)
-    if callable(value) and not isinstance(value, Mapping):
-        value = _called(app, value, store)
+def _claim(owners: dict[str, str], what: str, app: str) -> None:
+    if what in owners:
+        handled = "handled" if what.startswith("job kind") else "defined"
+        raise ConfigurationError(f"--app {app}: {what} is {handled} by {owners[what]} already")
+    owners[what] = app
+
+
+def _app(name: str, store: BlobStore) -> App:
+    value = _attribute(name)
+    if callable(value) and not isinstance(value, Mapping | App):
+        value = _called(name, value, store)
+    if isinstance(value, App):
+        return value
     if not isinstance(value, Mapping) or not all(
         isinstance(kind, str) and callable(handler) for kind, handler in value.items()
     ):
         raise ConfigurationError(
-            f"--app {app}: not a mapping of job kinds to handlers, nor a callable that takes "
-            "the blob store and returns one"
+            f"--app {name}: not a dms.jobs.App, a mapping of job kinds to handlers, nor a "
+            "callable that takes the blob store and returns one"
         )
-    return value
+    try:
+        return App(value)
+    except ValidationError as exc:
+        raise ConfigurationError(f"--app {name}: {exc}") from exc
 
 
 def _attribute(app: str) -> Any:

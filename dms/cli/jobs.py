@@ -16,7 +16,7 @@ from datetime import timedelta
 from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, tenancy
-from dms.cli.apps import load_handlers
+from dms.cli.apps import load_apps
 from dms.cli.arguments import (
     add_blobs_option,
     duration,
@@ -46,8 +46,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         default=[],
         metavar="MODULE:ATTRIBUTE",
-        help="also the job handlers of this app: a mapping of kinds to handlers, or a callable "
-        "taking the blob store that returns one (repeatable; dms's own handlers always run)",
+        help="also the job handlers and schedules of this app: a dms.jobs.App, a mapping of "
+        "kinds to handlers, or a callable taking the blob store that returns either "
+        "(repeatable; dms's own handlers always run)",
     )
     worker.add_argument("--kinds", nargs="+", help="only these job kinds (each needs a handler)")
     worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
@@ -183,9 +184,11 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     with engine.connect() as conn:
         # Without its table a worker would retry its claims forever.
         require_migrated(conn)
+    app = load_apps(args.app, ctx.store(args.blobs))
     worker = Worker(
         engine,
-        load_handlers(args.app, ctx.store(args.blobs)),
+        app.handlers,
+        schedules=app.schedules,
         concurrency=args.concurrency,
         kinds=args.kinds or None,
         lease=timedelta(seconds=args.lease),

@@ -35,6 +35,7 @@ from dms.jobs.admin import (
     requeue_dead_letters,
     stats,
 )
+from dms.jobs.app import App
 from dms.jobs.backoff import Backoff
 from dms.jobs.claims import dequeue, reclaim_expired
 from dms.jobs.enqueue import Enqueued, NewJob, enqueue, enqueue_many
@@ -53,6 +54,7 @@ from dms.jobs.settlement import Completion, complete, complete_many, fail, heart
 from dms.jobs.worker import Handler, Worker
 
 __all__ = [
+    "App",
     "Backoff",
     "Completion",
     "Enqueued",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
-from dms.jobs import Handler, Job
+from dms.jobs import App, Handler, Job, Schedule
 from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
@@ -34,3 +35,21 @@ def with_store(store: BlobStore) -> Mapping[str, Handler[UnitOfWork]]:
 not_an_app = 42
 #: Handles a kind that dms handles already.
 clashing: Mapping[str, Handler[UnitOfWork]] = {"revision.verify": greet}
+
+
+#: The environment variable naming the tenant of :func:`scheduled`'s schedule.
+TENANT_VARIABLE = "DMS_EXAMPLE_TENANT"
+#: The name of :func:`scheduled`'s schedule.
+EVERY_SECOND = "example.greet-every-second"
+
+
+def scheduled(store: BlobStore) -> App:
+    """An app with a schedule: a greeting every second, for the tenant the test names."""
+    tenant = os.environ[TENANT_VARIABLE]
+    return App(
+        handlers, [Schedule(name=EVERY_SECOND, cron="* * * * * *", kind=GREET, tenant=tenant)]
+    )
+
+
+#: An app as a dms.jobs.App value, whose schedule takes the name of :func:`scheduled`'s.
+app = App({STORED: greet}, [Schedule(name=EVERY_SECOND, cron="@daily", kind=STORED, tenant="acme")])

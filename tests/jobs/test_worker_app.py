@@ -3,6 +3,7 @@ refusals that keep a worker from starting with handlers it does not have."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,16 +11,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
 from dms import jobs
 from dms.cli import main
-from dms.cli.apps import load_handlers
+from dms.cli.apps import load_apps
 from dms.errors import ConfigurationError
 from dms.processing import VERIFY_REVISION
 from dms.services import EXTRACT_REVISION
 from dms.storage import LocalBlobStore
-from tests.jobs.app_example import GREET, STORED, greet
+from tests.jobs.app_example import EVERY_SECOND, GREET, STORED, TENANT_VARIABLE, greet
+from tests.jobs.conftest import wait_for
 
 
 def _url(url: URL) -> str:
@@ -29,17 +31,25 @@ def _url(url: URL) -> str:
 def test_apps_add_their_handlers_to_dms_own(tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
 
-    loaded = load_handlers(
+    loaded = load_apps(
         ["tests.jobs.app_example:handlers", "tests.jobs.app_example:with_store"], store
     )
 
-    assert set(loaded) == {VERIFY_REVISION, EXTRACT_REVISION, GREET, STORED}
-    assert loaded[GREET] is greet
-    assert set(load_handlers([], store)) == {VERIFY_REVISION, EXTRACT_REVISION}
-    assert set(load_handlers(["dms.processing:handlers"], store)) == {
+    assert set(loaded.handlers) == {VERIFY_REVISION, EXTRACT_REVISION, GREET, STORED}
+    assert loaded.handlers[GREET] is greet
+    assert loaded.schedules == ()
+    assert set(load_apps([], store).handlers) == {VERIFY_REVISION, EXTRACT_REVISION}
+    assert set(load_apps(["dms.processing:handlers"], store).handlers) == {
         VERIFY_REVISION,
         EXTRACT_REVISION,
     }
+
+
+def test_an_app_brings_its_schedules(tmp_path: Path) -> None:
+    loaded = load_apps(["tests.jobs.app_example:app"], LocalBlobStore(tmp_path))
+
+    assert [schedule.name for schedule in loaded.schedules] == [EVERY_SECOND]
+    assert loaded.handlers[STORED] is greet
 
 
 @pytest.mark.parametrize(
@@ -49,14 +59,27 @@ def test_apps_add_their_handlers_to_dms_own(tmp_path: Path) -> None:
         (":handlers", "write it module:attribute"),
         ("tests.jobs.no_such_module:handlers", "cannot import tests.jobs.no_such_module"),
         ("tests.jobs.app_example:nothing_here", "tests.jobs.app_example has no nothing_here"),
-        ("tests.jobs.app_example:not_an_app", "not a mapping of job kinds to handlers"),
+        ("tests.jobs.app_example:not_an_app", "not a dms.jobs.App, a mapping of job kinds"),
         ("tests.jobs.app_example:greet", "calling it with the blob store failed"),
         ("tests.jobs.app_example:clashing", "'revision.verify' is handled by dms.processing"),
     ],
 )
 def test_an_app_that_cannot_be_loaded_is_named(app: str, says: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=f"--app {app}: .*{says}"):
-        load_handlers([app], LocalBlobStore(tmp_path))
+        load_apps([app], LocalBlobStore(tmp_path))
+
+
+def test_two_apps_with_a_schedule_of_one_name_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TENANT_VARIABLE, "acme")
+    apps = ["tests.jobs.app_example:scheduled"]
+    with pytest.raises(
+        ConfigurationError,
+        match=f"--app tests.jobs.app_example:app: schedule '{EVERY_SECOND}' is defined by "
+        "tests.jobs.app_example:scheduled already",
+    ):
+        load_apps([*apps, "tests.jobs.app_example:app"], LocalBlobStore(tmp_path))
 
 
 def test_dms_worker_refuses_a_kind_it_has_no_handler_for(
@@ -88,6 +111,33 @@ def test_dms_worker_runs_an_apps_handlers(
 
     assert state is jobs.JobState.DONE
     assert worker.returncode == 0, err
+
+
+@pytest.mark.slow
+def test_dms_worker_registers_and_ticks_an_apps_schedules(
+    database_url: URL, engine: Engine, tenant: str, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "dms", "--database-url", _url(database_url), "worker"]
+    app = ["--app", "tests.jobs.app_example:scheduled", "--blobs", str(tmp_path)]
+    environment = {**os.environ, TENANT_VARIABLE: tenant}
+    worker = subprocess.Popen(
+        [*command, *app], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+    )
+    try:
+        with engine.connect() as conn:
+            wait_for(lambda: _done(conn, tenant) >= 2, timeout=60)
+    finally:
+        worker.terminate()
+        _, err = worker.communicate(timeout=60)
+        with engine.begin() as conn:
+            jobs.remove_schedule(conn, EVERY_SECOND)
+
+    assert worker.returncode == 0, err
+
+
+def _done(conn: Connection, tenant: str) -> int:
+    stats = jobs.stats(conn, tenant=tenant, kind=GREET)
+    return stats.total(jobs.JobState.DONE)
 
 
 def _state_when_settled(engine: Engine, job_id: uuid.UUID) -> jobs.JobState:
