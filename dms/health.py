@@ -2,8 +2,9 @@
 
 :func:`check` answers an orchestrator's question (``dms healthcheck``): is the database
 reachable, is every schema at head, does the oldest runnable job wait less than a threshold,
-is every expired lease taken back. :func:`queue_health` gathers the figures of the queue that
-job-queue libraries rarely show and that decide whether a busy queue stays fast: dead tuples
+is every expired lease taken back, does a running worker handle every queued kind.
+:func:`queue_health` gathers the figures of the queue that job-queue libraries rarely show and
+that decide whether a busy queue stays fast: dead tuples
 and the last (auto)vacuum of ``dms.processing_jobs``, and the oldest transaction holding back
 their cleanup (a long transaction anywhere in the server keeps every dead job row alive).
 
@@ -25,6 +26,7 @@ from dms import jobs, migrations, tenancy
 from dms.config import SHARED_SCHEMA
 from dms.errors import NotMigrated, StorageError
 from dms.jobs import JobState
+from dms.jobs.presence import live_workers, unhandled_kinds
 from dms.jobs.validation import MAX_AGE, require_duration
 from dms.processing import absent_sample
 from dms.storage import BlobStore
@@ -92,6 +94,10 @@ class QueueHealth:
     last_vacuum: datetime | None
     """The later of the last manual and the last automatic vacuum, if any."""
     cleanup_holder: CleanupHolder | None
+    live_workers: int
+    """Workers that announced themselves within :data:`~dms.jobs.presence.LIVE_WITHIN`."""
+    unhandled: tuple[KindCount, ...]
+    """Queued jobs, by kind, of the kinds that no live worker handles: they wait for one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,9 +168,27 @@ def check(
             "ago: no worker takes them back",
         )
     )
+    checks.append(_handlers_check(health))
     if store is not None:
         checks.append(blob_check(engine, store))
     return checks
+
+
+def _handlers_check(health: QueueHealth) -> Check:
+    if not health.unhandled:
+        return Check(
+            name="handlers",
+            ok=True,
+            detail=f"every queued kind has a running worker ({health.live_workers} running)",
+        )
+    kinds = ", ".join(f"{c.kind} ({c.count} queued)" for c in health.unhandled[:_NAMED])
+    more = len(health.unhandled) - _NAMED
+    return Check(
+        name="handlers",
+        ok=False,
+        detail=f"no running worker handles {kinds}"
+        + (f" and {more} more kind(s)" if more > 0 else ""),
+    )
 
 
 def blob_check(engine: Engine, store: BlobStore) -> Check:
@@ -222,6 +246,8 @@ def queue_health(
         key = (count.kind, count.state)
         totals[key] = totals.get(key, 0) + count.count
     live, dead, vacuumed = _table_statistics(conn)
+    workers = live_workers(conn)
+    queued = {kind: n for (kind, state), n in totals.items() if state is JobState.QUEUED}
     return QueueHealth(
         counts=tuple(
             KindCount(kind=kind, state=state, count=n)
@@ -233,6 +259,11 @@ def queue_health(
         dead_rows=dead,
         last_vacuum=vacuumed,
         cleanup_holder=_cleanup_holder(conn),
+        live_workers=len(workers),
+        unhandled=tuple(
+            KindCount(kind=kind, state=JobState.QUEUED, count=n)
+            for kind, n in unhandled_kinds(queued, workers).items()
+        ),
     )
 
 

@@ -103,6 +103,19 @@ def _queue_metrics(health: QueueHealth) -> Iterator[Any]:
         "last vacuum or autovacuum of dms.processing_jobs, Unix time (0: never)",
         value=0 if vacuumed is None else vacuumed.timestamp(),
     )
+    unhandled = GaugeMetricFamily(
+        "dms_jobs_unhandled",
+        "queued jobs of kinds that no running worker handles (they wait for one)",
+        labels=["kind"],
+    )
+    for count in health.unhandled:
+        unhandled.add_metric([count.kind], count.count)
+    yield unhandled
+    yield GaugeMetricFamily(
+        "dms_workers_live",
+        "workers that announced themselves within the last minute",
+        value=health.live_workers,
+    )
     holder = health.cleanup_holder
     yield GaugeMetricFamily(
         "dms_cleanup_holder_age_xids",

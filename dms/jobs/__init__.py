@@ -17,10 +17,10 @@ modules that use them: :mod:`dms.jobs.enqueue` (``DEFAULT_MAX_ATTEMPTS``, ...),
 
 The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
 :mod:`~dms.jobs.pipeline` (claiming), :mod:`~dms.jobs.settlement` (complete, fail, heartbeat,
-release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping) and
-:mod:`~dms.jobs.schedules` (periodic jobs) hold the public functions;
-:mod:`~dms.jobs.statements` every SQL statement; :mod:`~dms.jobs.validation` the checks made
-before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
+release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping),
+:mod:`~dms.jobs.schedules` (periodic jobs) and :mod:`~dms.jobs.presence` (running workers) hold
+the public functions; :mod:`~dms.jobs.statements` every SQL statement;
+:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
 """
 
 from dms.jobs.admin import (
@@ -41,6 +41,7 @@ from dms.jobs.claims import dequeue, reclaim_expired
 from dms.jobs.enqueue import Enqueued, NewJob, enqueue, enqueue_many
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.pipeline import claim_batch
+from dms.jobs.presence import LiveWorker, live_workers
 from dms.jobs.schedules import (
     Schedule,
     ScheduleState,
@@ -61,6 +62,7 @@ __all__ = [
     "Handler",
     "Job",
     "JobState",
+    "LiveWorker",
     "NewJob",
     "PruneResult",
     "QueueStats",
@@ -84,6 +86,7 @@ __all__ = [
     "heartbeat",
     "list_jobs",
     "list_schedules",
+    "live_workers",
     "prune",
     "reclaim_expired",
     "register_schedules",

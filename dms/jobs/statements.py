@@ -28,7 +28,7 @@ from sqlalchemy.types import TypeEngine
 from dms.jobs import wire
 from dms.jobs.model import CANCELLABLE_STATES, JobState
 from dms.jobs.tables import job_idempotency_keys as ledger
-from dms.jobs.tables import job_schedules
+from dms.jobs.tables import job_schedules, job_workers
 from dms.jobs.tables import processing_jobs as jobs
 from dms.schema.recordsets import recordset
 from dms.schema.shared import tenants
@@ -783,4 +783,39 @@ def remove_schedule_statement() -> sa.Executable:
         sa.delete(job_schedules)
         .where(job_schedules.c.name == sa.bindparam("schedule_name"))
         .returning(job_schedules.c.name)
+    )
+
+
+# --- workers' presence (dms.jobs.presence) ----------------------------------------------------
+
+
+def announce_statement() -> sa.Executable:
+    """Record worker ``:worker_name`` as running now, handling ``:kinds``."""
+    stmt = insert(job_workers).values(
+        name=sa.bindparam("worker_name"), kinds=sa.bindparam("kinds", type_=ARRAY(sa.Text))
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=[job_workers.c.name],
+        set_={"kinds": stmt.excluded.kinds, "seen_at": sa.func.now()},
+    )
+
+
+def forget_stale_workers_statement() -> sa.Executable:
+    """Delete the rows of workers unseen for ``:stale_after`` (killed ones never withdraw)."""
+    return sa.delete(job_workers).where(
+        job_workers.c.seen_at < sa.func.now() - sa.bindparam("stale_after", type_=sa.Interval)
+    )
+
+
+def withdraw_statement() -> sa.Executable:
+    """Delete the row of worker ``:worker_name`` (it stops)."""
+    return sa.delete(job_workers).where(job_workers.c.name == sa.bindparam("worker_name"))
+
+
+def live_workers_statement() -> sa.Select[Any]:
+    """Workers seen within ``:within``, by name."""
+    return (
+        sa.select(job_workers)
+        .where(job_workers.c.seen_at >= sa.func.now() - sa.bindparam("within", type_=sa.Interval))
+        .order_by(job_workers.c.name)
     )

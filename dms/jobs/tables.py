@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from psycopg import sql
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.engine import Connection
 
 from dms.schema.ddl import execute_ddl
@@ -173,3 +173,13 @@ job_schedules = sa.Table(
     sa.Index("ix_job_schedules_next_run_at", "next_run_at"),
 )
 """Periodic jobs (:mod:`dms.jobs.schedules`): a job enqueued at every tick of ``cron``."""
+
+job_workers = sa.Table(
+    "job_workers",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("kinds", ARRAY(sa.Text), nullable=False),
+    sa.Column("started_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.Column("seen_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+)
+"""Running workers and the kinds they handle (:mod:`dms.jobs.presence`)."""

@@ -22,9 +22,11 @@ from dms import health, jobs, migrations, provisioning
 from dms.cli import main
 from dms.cli.health import metrics_module
 from dms.errors import ConfigurationError, ValidationError
-from dms.jobs.tables import processing_jobs
+from dms.jobs.presence import LIVE_WITHIN, announce, live_workers
+from dms.jobs.tables import job_workers, processing_jobs
 from dms.metrics import registry_for
-from dms.services import add_revision, create_document
+from dms.processing import VERIFY_REVISION
+from dms.services import EXTRACT_REVISION, add_revision, create_document
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 from dms.users import create_user, create_users_stand_in
@@ -322,6 +324,8 @@ def test_a_store_that_holds_none_of_the_tenants_blobs_fails_the_check(
             )
         uow.commit()
     right.delete("acme/0")  # one missing file is its document's finding, not the store's
+    with own_db.begin() as conn:  # the revisions' jobs are queued: a worker for them runs
+        announce(conn, "a worker", [VERIFY_REVISION, EXTRACT_REVISION])
     command = ["--database-url", _url(own_db.url), "healthcheck", "--blobs"]
 
     assert main([*command, str(right.root)]) == 0
@@ -334,3 +338,53 @@ def test_a_store_that_holds_none_of_the_tenants_blobs_fails_the_check(
         f"FAIL  blobs     {tmp_path / 'wrong'} holds none of the sampled blobs of 1 of 1 "
         "tenant(s) (acme): is it the store their files were written to?"
     ) in unhealthy
+
+
+def test_queued_jobs_of_a_kind_no_running_worker_handles_fail_the_handlers_check(
+    own_db: Engine, kind: str
+) -> None:
+    provisioning.create_tenant(own_db, "acme")
+    with own_db.begin() as conn:
+        jobs.enqueue(conn, kind, {}, tenant="acme")
+        jobs.enqueue(conn, kind, {}, tenant="acme")
+
+    unhandled = {c.name: c for c in health.check(own_db)}["handlers"]
+    text = generate_latest(registry_for(own_db)).decode()
+    with own_db.begin() as conn:
+        announce(conn, "elsewhere", [kind, "other.kind"])
+    handled = {c.name: c for c in health.check(own_db)}["handlers"]
+    text_handled = generate_latest(registry_for(own_db)).decode()
+    with own_db.begin() as conn:
+        # Killed without withdrawing: unseen for longer than a live worker ever is.
+        conn.execute(sa.update(job_workers).values(seen_at=sa.func.now() - LIVE_WITHIN * 2))
+    gone = {c.name: c for c in health.check(own_db)}["handlers"]
+
+    assert (unhandled.ok, unhandled.detail) == (
+        False,
+        f"no running worker handles {kind} (2 queued)",
+    )
+    assert f'dms_jobs_unhandled{{kind="{kind}"}} 2.0' in text
+    assert "dms_workers_live 0.0" in text
+    assert (handled.ok, handled.detail) == (
+        True,
+        "every queued kind has a running worker (1 running)",
+    )
+    assert "dms_jobs_unhandled{" not in text_handled
+    assert "dms_workers_live 1.0" in text_handled
+    assert not gone.ok
+
+
+def test_a_running_worker_is_live_with_its_kinds_until_it_stops(own_db: Engine, kind: str) -> None:
+    worker = jobs.Worker(own_db, {kind: lambda uow, job: None}, name=f"w-{kind}")
+    worker.start()
+    try:
+        with own_db.connect() as conn:
+            wait_for(lambda: any(w.name == worker.name for w in live_workers(conn)))
+            (seen,) = [w for w in live_workers(conn) if w.name == worker.name]
+    finally:
+        worker.stop(grace_seconds=5)
+    with own_db.connect() as conn:
+        after = [w.name for w in live_workers(conn)]
+
+    assert seen.kinds == (kind,)
+    assert worker.name not in after

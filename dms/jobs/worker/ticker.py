@@ -1,42 +1,56 @@
-"""The ticker: enqueues the due ticks of periodic jobs (:mod:`dms.jobs.schedules`).
+"""The ticker: a worker's once-a-second duties, the schedules' ticks and its own presence.
 
-Every running worker ticks, about once a second, each pass in a transaction of its own on a
-held connection; passes of several workers take different schedules (row locks, SKIP LOCKED),
-so a tick is enqueued once however many workers run, and a worker that dies mid-pass leaves
-the tick to the next pass of any worker.
+Every running worker ticks the periodic jobs (:mod:`dms.jobs.schedules`) about once a second,
+each pass in a transaction of its own on a held connection; passes of several workers take
+different schedules (row locks, SKIP LOCKED), so a tick is enqueued once however many workers
+run, and a worker that dies mid-pass leaves the tick to the next pass of any worker. Every
+:data:`~dms.jobs.presence.ANNOUNCE_SECONDS` (and first of all) it also announces the worker and
+its kinds (:mod:`dms.jobs.presence`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dms.jobs.presence import ANNOUNCE_SECONDS, announce
 from dms.jobs.schedules import Tick, tick_schedules
 from dms.jobs.worker.session import HeldSession
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Seconds between two passes of a worker's ticker: cron's finest field is the second.
 TICK_SECONDS = 1.0
 
 
 class Ticker:
-    """Runs :func:`~dms.jobs.tick_schedules` every :data:`TICK_SECONDS` until the worker stops."""
+    """Ticks the schedules every :data:`TICK_SECONDS` and announces the worker, until it stops."""
 
-    def __init__(self, engine: Engine, *, name: str, stopping: threading.Event) -> None:
-        """Tick through a connection of ``engine`` held for the purpose."""
+    def __init__(
+        self, engine: Engine, *, name: str, kinds: Collection[str], stopping: threading.Event
+    ) -> None:
+        """Tick and announce worker ``name`` (of ``kinds``) through a held connection."""
         self._session = HeldSession(engine, autocommit=False)
         self._name = name
+        self._kinds = tuple(kinds)
         self._stopping = stopping
+        self._announced: float | None = None
 
     def run(self) -> None:
-        """Tick until the worker stops; a database error waits for the next pass."""
+        """Announce, then tick until the worker stops; a database error waits for the next pass."""
         try:
+            self.announce_if_due()
             while not self._stopping.wait(TICK_SECONDS):
                 self.tick_once()
+                self.announce_if_due()
         finally:
             self._session.close()
 
@@ -46,7 +60,7 @@ class Ticker:
     def tick_once(self) -> list[Tick]:
         """One pass, committed; what it enqueued (nothing after a database error)."""
         try:
-            ticks = self._session.run(_pass)
+            ticks = self._session.run(_in_transaction(tick_schedules))
         except sa.exc.DBAPIError as exc:
             log.warning("worker %s: ticking the schedules failed (%s)", self._name, exc.orig)
             return []
@@ -56,7 +70,24 @@ class Ticker:
             )
         return ticks
 
+    def announce_if_due(self) -> None:
+        """Announce the worker if it never did, or did :data:`ANNOUNCE_SECONDS` ago."""
+        now = time.monotonic()
+        if self._announced is not None and now - self._announced < ANNOUNCE_SECONDS:
+            return
+        try:
+            self._session.run(_in_transaction(lambda conn: announce(conn, self._name, self._kinds)))
+        except sa.exc.DBAPIError as exc:
+            log.warning("worker %s: announcing itself failed (%s)", self._name, exc.orig)
+            return
+        self._announced = now
 
-def _pass(conn: Connection) -> list[Tick]:
-    with conn.begin():
-        return tick_schedules(conn)
+
+def _in_transaction(work: Callable[[Connection], _T]) -> Callable[[Connection], _T]:
+    """``work`` in a transaction of its own, committed when it returns."""
+
+    def run(conn: Connection) -> _T:
+        with conn.begin():
+            return work(conn)
+
+    return run

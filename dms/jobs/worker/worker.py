@@ -16,6 +16,7 @@ from functools import partial
 from types import FrameType
 from typing import Generic, TypeVar, cast
 
+import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from dms.domain.validation import check_flag
@@ -23,6 +24,7 @@ from dms.errors import ValidationError
 from dms.jobs.backoff import Backoff
 from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.model import Job
+from dms.jobs.presence import withdraw
 from dms.jobs.schedules import Schedule, register_schedules, require_schedules
 from dms.jobs.worker import arguments
 from dms.jobs.worker.claimer import Claimer
@@ -214,7 +216,7 @@ class Worker(Generic[U]):
         )
 
     def _ticker(self) -> Part:
-        return Ticker(self._engine, name=self.name, stopping=self._stopping)
+        return Ticker(self._engine, name=self.name, kinds=self._kinds, stopping=self._stopping)
 
     def _listener(self, url: str) -> Part:
         return Listener(
@@ -273,6 +275,15 @@ class Worker(Generic[U]):
             self._settler.release(claim)
         self._renewals_end.set()
         self._supervisor.join("renewer", "ticker", "listener", timeout=self._poll_seconds + 1.0)
+        self._withdraw()
+
+    def _withdraw(self) -> None:
+        """No longer count as a running worker of its kinds (a killed one ages out instead)."""
+        try:
+            with self._engine.begin() as conn:
+                withdraw(conn, self.name)
+        except sa.exc.DBAPIError as exc:
+            log.warning("worker %s: withdrawing its presence failed (%s)", self.name, exc.orig)
 
     def _release_ready(self) -> None:
         """Release the jobs claimed ahead that no runner has taken: no one will run them here.

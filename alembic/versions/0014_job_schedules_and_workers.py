@@ -1,4 +1,4 @@
-"""Periodic jobs: ``dms.job_schedules``, one row per schedule.
+"""Periodic jobs and the workers' presence: ``dms.job_schedules`` and ``dms.job_workers``.
 
 Revision ID: 0014
 Revises: 0013
@@ -8,14 +8,17 @@ Shared only: a schedule names a cron expression (and its time zone) and the job 
 each tick (kind, payload, tenant, priority, attempts), how far back missed ticks are caught up,
 and where it has come (``next_run_at``, the first tick not yet enqueued; ``last_tick_at``;
 ``skipped_until``). Workers enqueue due ticks under a row lock (:mod:`dms.jobs.schedules`).
+``dms.job_workers``: one row per running worker (its name and the kinds it handles), written when
+it starts and every few seconds while it runs, deleted when it stops: what tells a job that no
+running worker handles (``dms healthcheck``, the metrics) from one that merely waits.
 The tenant part is empty: tenant schemas still move to 0014, so every schema of the fleet
-reports one head. The downgrade drops the table and the schedules in it.
+reports one head. The downgrade drops both tables and the schedules in them.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from alembic import op
 from dms.migrations import MigrationScope
@@ -29,10 +32,12 @@ depends_on: str | None = None
 def upgrade(*, scope: MigrationScope) -> None:
     if not scope.is_tenant:
         _create_schedules(scope.schema)
+        _create_workers(scope.schema)
 
 
 def downgrade(*, scope: MigrationScope) -> None:
     if not scope.is_tenant:
+        op.drop_table("job_workers", schema=scope.schema)
         op.drop_table("job_schedules", schema=scope.schema)
 
 
@@ -79,3 +84,20 @@ def _create_schedules(schema: str) -> None:
         schema=schema,
     )
     op.create_index("ix_job_schedules_next_run_at", "job_schedules", ["next_run_at"], schema=schema)
+
+
+def _create_workers(schema: str) -> None:
+    # A frozen copy of dms.jobs.tables.job_workers at this revision.
+    op.create_table(
+        "job_workers",
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("kinds", ARRAY(sa.Text), nullable=False),
+        sa.Column(
+            "started_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+        ),
+        sa.Column(
+            "seen_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+        ),
+        sa.PrimaryKeyConstraint("name", name="pk_job_workers"),
+        schema=schema,
+    )
