@@ -9,8 +9,10 @@ and that the worker goes on processing.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -175,20 +177,45 @@ def test_the_worker_stats_are_exported_as_metrics(engine: Engine, effects: str, 
 def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
     engine: Engine, effects: str, kind: str
 ) -> None:
-    """A slow job holds the only runner; the jobs claimed behind it go straight back."""
+    """A slow job holds the only runner; the jobs claimed behind it go straight back.
+
+    "At once" as an order, not a time: the slow handler, still running, waits until it is the
+    only running job left, which happens only if the stop releases the others before the
+    handler returns (a stop that waited for the runner first would leave it waiting in vain).
+    """
     ids = _enqueue(engine, kind, effects, [{}] * 5)
+    stopping = threading.Event()
+    released_while_running: list[bool] = []
 
     def slow(uow: JobUnitOfWork, job: jobs.Job) -> None:
         _record_effect(uow, job)
-        time.sleep(1.0)
+        if released_while_running:  # the first job's handler is the one that watches
+            return
+        stopping.wait(timeout=30)
+        with engine.connect() as conn:
+            released_while_running.append(
+                _eventually(lambda: count_jobs(conn, kind, "running") == 1, seconds=10)
+            )
 
-    worker = jobs.Worker(engine, {kind: slow}, poll_seconds=0.1, prefetch=10)
+    worker = jobs.Worker(engine, {kind: slow}, poll_seconds=0.1, prefetch=10, grace_seconds=30)
     with worker:
         wait_for(lambda: worker.stats().held >= 2)
+        stopping.set()
     with engine.connect() as conn:
         assert count_jobs(conn, kind, "running") == 0
         assert count_jobs(conn, kind, "done") + count_jobs(conn, kind, "queued") == len(ids)
+    assert released_while_running == [True]
     assert worker.stats().held == 0
+
+
+def _eventually(condition: Callable[[], bool], *, seconds: float) -> bool:
+    """Whether ``condition`` holds within ``seconds`` (polled): an outcome, not a failure."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _losing_first_claim(monkeypatch: pytest.MonkeyPatch) -> list[int]:
