@@ -10,7 +10,9 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── MigrationError
     │   ├── NotMigrated             the shared schema's tables are not there yet
     │   ├── UsersTableMissing       the IAM's users table is not there
-    │   └── MigrationFailed         some tenants failed; carries the report
+    │   ├── MigrationFailed         some tenants failed; carries the report
+    │   └── TemplateError           tenant DDL that cannot be replayed for another schema
+    │                               (in dms.migrations.template, beside what it guards)
     ├── FleetStopped                a fleet operation stopped early (server gone, worker died)
     ├── ClusterError                a Citus operation cannot run (not a cluster, unknown node)
     ├── ValidationError (ValueError) bad input caught before any SQL runs

@@ -20,7 +20,8 @@ The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
 release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping),
 :mod:`~dms.jobs.schedules` (periodic jobs) and :mod:`~dms.jobs.presence` (running workers) hold
 the public functions; :mod:`~dms.jobs.statements` every SQL statement;
-:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs.rows` the one way rows become a :class:`Job`.
+:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs.rows` the one way
+rows become a :class:`Job`.
 """
 
 from dms.jobs.admin import (

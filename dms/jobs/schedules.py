@@ -106,7 +106,7 @@ class Schedule:
         try:
             tick = croniter(self.cron, after.astimezone(zone)).get_next(datetime)
         except CroniterBadDateError:  # a ValueError too: caught first
-            raise NeverFires(
+            raise ValidationError(
                 f"cron {shown(self.cron)} never fires after {after.isoformat()}"
             ) from None
         except (CroniterBadCronError, ValueError, KeyError):
@@ -116,9 +116,6 @@ class Schedule:
             ) from None
         return tick.astimezone(timezone.utc)
 
-
-class NeverFires(ValidationError):
-    """A cron expression without a tick after the given time (its year field has passed)."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +257,7 @@ def _next_or_never(schedule: Schedule, after: datetime) -> datetime:
     """
     try:
         return schedule.next_tick(after)
-    except NeverFires:
+    except ValidationError:  # a registered schedule was read fine: it has no tick left
         return NEVER
 
 
