@@ -117,7 +117,6 @@ class Schedule:
         return tick.astimezone(timezone.utc)
 
 
-
 @dataclass(frozen=True)
 class ScheduleState:
     """A registered schedule and where it has come."""
