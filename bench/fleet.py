@@ -50,8 +50,8 @@ from dms.config import settings_of
 from dms.db import database_url
 from dms.domain import DocumentQuery
 from dms.migrations import MigrationScope
-from dms.migrations.environment import migrate_schema
-from dms.migrations.versions import read_fleet_versions
+from dms.migrations.schema_step import migrate_schema
+from dms.migrations.status import read_fleet_versions
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
 

@@ -12,7 +12,7 @@ to the first extractor of a :class:`ExtractorRegistry` that claims them. The def
   Scanned pages without a text layer give no text: that is OCR's job (below);
 * ``html``: HTML and XHTML without markup, scripts and styles, entities resolved, block
   elements on lines of their own (the standard library's :mod:`html.parser`);
-* ``text``: anything :mod:`dms.content` decodes as text (UTF-8, UTF-16/32 with or without a
+* ``text``: anything :mod:`dms.detection` decodes as text (UTF-8, UTF-16/32 with or without a
   byte-order mark, legacy 8-bit texts), the declared type notwithstanding;
 * everything else (images, archives, office files, ...) has no text: it is recorded as
   extracted, with nothing to index.
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Protocol
 
-from dms.content import (
+from dms.detection import (
     clean_text,
     compression_of,
     decode_text,

@@ -14,7 +14,7 @@ characters. It runs in the unit of work of the job's tenant, so its writes commi
 the job's completion (exactly once) or not at all.
 
 The preview is decoded from the bytes themselves, never from the declared type alone
-(:mod:`dms.content`): compressed files are previewed by their text, UTF-16 and legacy 8-bit
+(:mod:`dms.detection`): compressed files are previewed by their text, UTF-16 and legacy 8-bit
 texts are decoded, binary data gets no preview, and no NUL or invalid character ever reaches
 the database. A job that can never succeed (a payload without a revision, a tenant without the
 processing fields, a value the database refuses) raises
@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from dms import jobs
-from dms.content import preview
+from dms.detection import preview
 from dms.domain import FieldType, Revision
 from dms.errors import (
     NotFound,

@@ -50,8 +50,8 @@ from dms.fleet.report import FleetReport, Outcome, TenantReport
 from dms.migrations import registry
 from dms.migrations.runner import stopped_message, worker_processes
 from dms.migrations.scripts import Scripts
+from dms.migrations.status import read_versions
 from dms.migrations.template import TenantTemplate, tenant_template
-from dms.migrations.versions import read_versions
 from dms.schema.ddl import execute_ddl
 from dms.tenancy import Tenant
 from dms.users import require_users_table

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from dms.content import looks_like_text
+from dms.detection import looks_like_text
 from dms.domain.validation import normalize_mime_type
 from dms.errors import ValidationError
 from dms.storage import BlobStore, Content

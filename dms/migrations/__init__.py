@@ -16,18 +16,18 @@ tenant schema keep their own ``alembic_version`` table, so each moves on its own
   seconds.
 
 Modules by role: :mod:`.scripts` (where the revisions are; targets resolved up front),
-:mod:`.versions` (reading revisions, the fleet's status), :mod:`.registry` (the registry's copy
-of each tenant's revision, written with the schema's own), :mod:`.environment` (one schema on
+:mod:`.status` (reading revisions, the fleet's status), :mod:`.registry` (the registry's copy
+of each tenant's revision, written with the schema's own), :mod:`.schema_step` (one schema on
 one connection), :mod:`.runner` (the fleet), :mod:`.alembic_env` (``alembic/env.py``),
 :mod:`.catalog` and :mod:`.drift` (what each tenant's catalog holds, against head).
 """
 
 from dms.migrations.alembic_env import run_from_alembic
-from dms.migrations.environment import migrate_schema
 from dms.migrations.runner import default_jobs, downgrade, downgrade_target, upgrade
+from dms.migrations.schema_step import migrate_schema
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts, alembic_config, head_revision, script_location
-from dms.migrations.versions import FleetStatus, SchemaStatus, fleet_status, read_versions
+from dms.migrations.status import FleetStatus, SchemaStatus, fleet_status, read_versions
 from dms.users import require_users_table
 
 __all__ = [

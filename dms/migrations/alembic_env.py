@@ -31,14 +31,14 @@ from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.fleet.progress import progress_for
 from dms.fleet.report import FleetReport
 from dms.migrations import runner
-from dms.migrations.environment import (
+from dms.migrations.schema_step import (
     advisory_lock,
     configure,
     declared_metadata,
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import registered_schemas
+from dms.migrations.status import registered_schemas
 from dms.users import require_users_table
 
 

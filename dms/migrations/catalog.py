@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms.fleet.progress import NoProgress, Progress
 from dms.migrations.scripts import VERSION_TABLE
-from dms.migrations.versions import READ_CONNECTIONS
+from dms.migrations.status import READ_CONNECTIONS
 
 #: Schemas read by one digest query.
 SCHEMAS_PER_QUERY = 250

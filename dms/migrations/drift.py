@@ -27,10 +27,10 @@ from dms import tenancy
 from dms.config import settings_of
 from dms.fleet.progress import NoProgress, Progress
 from dms.migrations.catalog import CatalogRow, fingerprints, fleet_fingerprints, rows
-from dms.migrations.environment import migrate_schema
+from dms.migrations.schema_step import migrate_schema
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import (
+from dms.migrations.status import (
     read_fleet_versions,
     registered_schemas,
     tenant_schemas_in_catalog,

@@ -8,7 +8,7 @@ own version row, by every path that moves one:
 
 * every Alembic run on a tenant schema (``dms migrate`` / ``downgrade``, plain ``alembic
   upgrade`` / ``downgrade`` / ``stamp``, :func:`~dms.migrations.migrate_schema`) goes through
-  :func:`~dms.migrations.environment.configure`, which starts a :class:`RevisionCopy`: it locks
+  :func:`~dms.migrations.schema_step.configure`, which starts a :class:`RevisionCopy`: it locks
   the tenant's registry row first, then writes the revision after every step (Alembic's
   ``on_version_apply``);
 * a tenant created from the recording (:mod:`dms.provisioning`) gets the head revision with its

@@ -45,14 +45,14 @@ from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import FleetReport, Outcome, TenantReport
 from dms.migrations import registry
-from dms.migrations.environment import (
+from dms.migrations.schema_step import (
     Direction,
     advisory_lock,
     migrate_schema,
 )
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts
-from dms.migrations.versions import (
+from dms.migrations.status import (
     read_fleet_versions,
     read_versions,
     registered_schemas,

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection, ExecutionContext
 
 from dms.config import Settings
 from dms.errors import MigrationError
-from dms.migrations.environment import migrate_schema
+from dms.migrations.schema_step import migrate_schema
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import VERSION_TABLE, Scripts
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import pytest
 
 from dms.jobs import Job, JobState
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.completer import take_batch
 from dms.jobs.worker.settler import PRINTABLE_CHARS, printable_error
 from dms.jobs.worker.stats import Tally

@@ -7,7 +7,7 @@
 
 The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws them):
 
-* :mod:`.window` and :mod:`.claims`: the **claim window** (how many jobs to hold ahead of
+* :mod:`.window` and :mod:`.book`: the **claim window** (how many jobs to hold ahead of
   the runners: Little's law) and the book of held **claims**, each tracked by a token unique
   per claim, never by the job id alone;
 * :mod:`.claimer`: two **claimers** fill the runners' queue, one claim statement per batch,

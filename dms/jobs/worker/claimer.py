@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 from dms.jobs.claims import next_after, reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
 from dms.jobs.pipeline import claim_batch
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.session import HeldSession
 from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.wakeup import Wakeup

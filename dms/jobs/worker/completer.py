@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms.jobs.settlement import Completion, complete_many
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.session import HeldSession
 from dms.jobs.worker.stats import Tally
 

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import LeaseLost
 from dms.jobs.settlement import heartbeat
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.session import HeldSession
 from dms.jobs.worker.stats import Tally
 

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from dms.errors import LeaseLost, PermanentFailure
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.settler import Settler, printable_line
 from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.unit import JobUnitOfWork, UnitOfWorkFactory, wrote

@@ -29,7 +29,7 @@ from dms.jobs.backoff import Backoff
 from dms.jobs.failures import escaped
 from dms.jobs.model import Job
 from dms.jobs.settlement import fail, release
-from dms.jobs.worker.claims import Claim, ClaimBook
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)

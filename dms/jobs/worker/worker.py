@@ -27,8 +27,8 @@ from dms.jobs.model import Job
 from dms.jobs.presence import withdraw
 from dms.jobs.schedules import Schedule, register_schedules, require_schedules
 from dms.jobs.worker import arguments
+from dms.jobs.worker.book import Claim, ClaimBook
 from dms.jobs.worker.claimer import Claimer
-from dms.jobs.worker.claims import Claim, ClaimBook
 from dms.jobs.worker.completer import Completer
 from dms.jobs.worker.renewer import Renewer
 from dms.jobs.worker.runner import Handler, Runner

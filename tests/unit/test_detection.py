@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dms.content import decode_text, looks_like_text, preview
+from dms.detection import decode_text, looks_like_text, preview
 
 TEXT = b"The quick brown fox jumps over the lazy dog.\n" * 20
 
