@@ -7,7 +7,7 @@ Create Date: 2026-12-05
 Shared only: ``ix_processing_jobs_claim`` on ``processing_jobs (tenant, priority, run_at, id)``
 for ``queued`` rows replaces ``ix_processing_jobs_dequeue`` (``priority, run_at, id``). A claim
 walks the tenants that have runnable jobs in this index (one probe per tenant) and takes each
-one's share in its own order (:func:`dms.jobs.statements.claim_statement`), so one tenant's
+one's share in its own order (:func:`dms.jobs._statements.claim_statement`), so one tenant's
 backlog no longer holds up every other tenant's jobs. One index replaces the other: enqueues
 keep the cost of one index on runnable rows. ``CREATE INDEX`` blocks writes to the queue while
 it runs (seconds for a queue of a few hundred thousand runnable jobs).

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import URL, Engine
 
 from bench.jobs import dms_queue
-from dms.jobs import statements
+from dms.jobs import _statements as statements
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 WORKER = "pgbench"
@@ -61,7 +61,7 @@ def script(kind: str, batch: int) -> str:
         },
     )
     complete = _sql(statements.complete_many_statement(), {"acked": ":acked"})
-    # The claim returns its jobs as one JSON document (dms.jobs.wire): [started, lease_end,
+    # The claim returns its jobs as one JSON document (dms.jobs._wire): [started, lease_end,
     # [[id, tenant, kind, payload, priority, attempts, ...], ...]]; the completion takes
     # [{position, id, locked_by, attempts}, ...].
     acked = (

@@ -19,9 +19,11 @@ The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
 :mod:`~dms.jobs.pipeline` (claiming), :mod:`~dms.jobs.settlement` (complete, fail, heartbeat,
 release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping),
 :mod:`~dms.jobs.schedules` (periodic jobs) and :mod:`~dms.jobs.presence` (running workers) hold
-the public functions; :mod:`~dms.jobs.statements` every SQL statement;
-:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs.rows` the one way
-rows become a :class:`Job`.
+the public functions; :mod:`~dms.jobs._statements` every SQL statement;
+:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs._rows` the one way
+rows become a :class:`Job`. A module whose name starts with an underscore (``_statements``,
+``_rows``, ``_wire``, ``_ids``, ``_failures``, ``_translation``) is internal: its names may
+change in any release; the rest is the package's API.
 """
 
 from dms.jobs.admin import (

@@ -11,17 +11,8 @@ import sqlalchemy as sa
 from dms import tenancy
 from dms.domain.validation import check_flag, shown
 from dms.errors import JobFinished, NotFound, NotMigrated, ValidationError
-from dms.jobs.executor import Executor, connection_of
-from dms.jobs.model import (
-    CANCELLABLE_STATES,
-    Job,
-    JobState,
-    PruneResult,
-    QueueStats,
-    StateCount,
-)
-from dms.jobs.rows import job_of_row
-from dms.jobs.statements import (
+from dms.jobs._rows import job_of_row
+from dms.jobs._statements import (
     cancel_matching_statement,
     cancel_statement,
     dead_letter_statement,
@@ -36,7 +27,16 @@ from dms.jobs.statements import (
     state_counts_statement,
     unfinished_filter,
 )
-from dms.jobs.translation import STATE_CONSTRAINTS, constraint_of
+from dms.jobs._translation import STATE_CONSTRAINTS, constraint_of
+from dms.jobs.executor import Executor, connection_of
+from dms.jobs.model import (
+    CANCELLABLE_STATES,
+    Job,
+    JobState,
+    PruneResult,
+    QueueStats,
+    StateCount,
+)
 from dms.jobs.validation import (
     MAX_AGE,
     require_duration,

@@ -17,16 +17,16 @@ from sqlalchemy.engine import Connection
 
 from dms.domain.validation import check_flag
 from dms.errors import ValidationError
-from dms.jobs.executor import Executor, connection_of
-from dms.jobs.model import Job
-from dms.jobs.rows import claimed_jobs, job_of_row
-from dms.jobs.statements import (
+from dms.jobs._rows import claimed_jobs, job_of_row
+from dms.jobs._statements import (
     claim_statement,
     queue_order_statement,
     reclaim_statement,
     release_unheld_statement,
     restore_order_statement,
 )
+from dms.jobs.executor import Executor, connection_of
+from dms.jobs.model import Job
 from dms.jobs.validation import (
     require_claim,
     require_int,
@@ -105,7 +105,7 @@ def claim_params(
     lease: timedelta,
     after_tenant: str = "",
 ) -> dict[str, Any]:
-    """The parameters of :func:`~dms.jobs.statements.claim_statement`."""
+    """The parameters of :func:`~dms.jobs._statements.claim_statement`."""
     params: dict[str, Any] = {
         "worker_id": worker_id,
         "limit": limit,

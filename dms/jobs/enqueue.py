@@ -20,13 +20,13 @@ from sqlalchemy.engine import Connection
 from dms import tenancy
 from dms.domain.validation import shown
 from dms.errors import TenantNotFound, ValidationError
-from dms.jobs import wire
+from dms.jobs import _wire as wire
+from dms.jobs._ids import new_job_ids
+from dms.jobs._statements import insert_statement
+from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
 from dms.jobs.backoff import Backoff
 from dms.jobs.executor import Executor, connection_of
-from dms.jobs.ids import new_job_ids
-from dms.jobs.statements import insert_statement
 from dms.jobs.tables import job_idempotency_keys as ledger
-from dms.jobs.translation import TENANT_FOREIGN_KEYS, constraint_of
 from dms.jobs.validation import (
     INT32,
     MAX_KEY_RETENTION,

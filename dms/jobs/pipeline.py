@@ -16,10 +16,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms.errors import ValidationError
+from dms.jobs._rows import claimed_jobs
+from dms.jobs._statements import claim_statement, claimer_settings_statement
 from dms.jobs.claims import claim_params
 from dms.jobs.model import Job
-from dms.jobs.rows import claimed_jobs
-from dms.jobs.statements import claim_statement, claimer_settings_statement
 from dms.jobs.validation import require_claim
 
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from dms.jobs import statements
+from dms.jobs import _statements as statements
 from dms.jobs.executor import Executor, connection_of
 
 #: Seconds between two announcements of a running worker.

@@ -33,10 +33,10 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from dms.domain.validation import shown
 from dms.errors import NotFound, TenantNotFound, ValidationError
-from dms.jobs import statements
+from dms.jobs import _statements as statements
+from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS, NewJob, enqueue_many, require_tenants
 from dms.jobs.executor import Executor, connection_of
-from dms.jobs.translation import TENANT_FOREIGN_KEYS, constraint_of
 from dms.jobs.validation import require_duration, require_name
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,14 @@ from sqlalchemy.engine import Connection
 
 from dms.domain.validation import check_flag, shown
 from dms.errors import LeaseLost, ValidationError
-from dms.jobs import wire
+from dms.jobs import _wire as wire
+from dms.jobs._failures import error_text, summary_of
+from dms.jobs._rows import job_of_row
+from dms.jobs._statements import complete_many_statement, fenced_statement
 from dms.jobs.backoff import DEFAULT_BACKOFF, Backoff
 from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.executor import Executor, connection_of
-from dms.jobs.failures import error_text, summary_of
 from dms.jobs.model import Job
-from dms.jobs.rows import job_of_row
-from dms.jobs.statements import complete_many_statement, fenced_statement
 from dms.jobs.validation import (
     require_claimed,
     require_claimed_batch,
@@ -66,7 +66,7 @@ def complete_many(target: Executor, batch: Sequence[Job]) -> Completion:
     matches one: a job whose lease was lost (reclaimed, released, already finished) is left
     unchanged and listed in :attr:`Completion.lost`; the others are completed. Nothing is
     raised for lost leases: the caller decides. ``UPDATE ... FROM json_to_recordset(:acked)``
-    (see :mod:`dms.jobs.wire`): one parameter, whatever the batch size.
+    (see :mod:`dms.jobs._wire`): one parameter, whatever the batch size.
     """
     require_claimed_batch(batch)
     if not batch:
@@ -118,7 +118,7 @@ def fail(
     sends the job to ``dead`` at once (an error no retry can fix). The error (a traceback for an
     exception) becomes ``last_error``; its last line is appended to ``errors``. Whatever the
     error holds (NUL, lone surrogates, megabytes), it is recorded: escaped, then cut to
-    :data:`~dms.jobs.failures.MAX_ERROR_CHARS` with a marker (:mod:`dms.jobs.failures`).
+    :data:`~dms.jobs._failures.MAX_ERROR_CHARS` with a marker (:mod:`dms.jobs._failures`).
     """
     require_claimed(job)
     check_flag("retry", retry)

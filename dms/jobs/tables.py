@@ -5,7 +5,7 @@ a tenant with ``schema_translate_map={None: ...}`` leaves them alone: the queue 
 the whole fleet, and a job names its tenant in a column.
 
 Only runnable rows are in the claim path: ``ix_processing_jobs_claim`` holds ``queued`` rows
-only, by tenant (a claim walks the tenants in it, :mod:`dms.jobs.statements`), and
+only, by tenant (a claim walks the tenants in it, :mod:`dms.jobs._statements`), and
 ``ix_processing_jobs_lease`` holds ``running`` rows only, so finished jobs, however many, never
 slow a claim down. The table is small and hot (every job is inserted, updated two or three
 times and deleted by ``prune``), so autovacuum is told to visit it far more often than the

@@ -3,7 +3,7 @@
 ``INSERT ... SELECT ... FROM json_to_recordset(:rows)`` keeps a statement's text the same
 whatever the batch size, so it is compiled and prepared once, has no limit on parameters, and
 costs one ``json.dumps`` (in C) on the way out. The repositories (:mod:`dms.repositories`) and
-the job queue (:mod:`dms.jobs.wire`) both send their batches this way; each encodes its own
+the job queue (:mod:`dms.jobs._wire`) both send their batches this way; each encodes its own
 values (ids as text, bytes as hex; job timestamps as epoch seconds).
 """
 

@@ -14,7 +14,8 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import ValidationError
-from dms.jobs import claims, statements, validation
+from dms.jobs import _statements as statements
+from dms.jobs import claims, validation
 from dms.jobs.tables import processing_jobs
 
 LONG_LEASE = timedelta(minutes=5)

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms import jobs
-from dms.jobs.failures import MAX_ERROR_CHARS, MAX_SUMMARY_CHARS
+from dms.jobs._failures import MAX_ERROR_CHARS, MAX_SUMMARY_CHARS
 
 SURROGATE_NAME = b"scan-\xff.pdf".decode("utf-8", "surrogateescape")
 

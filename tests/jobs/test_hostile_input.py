@@ -43,9 +43,9 @@ from dms.errors import (
     TenantNotFound,
     ValidationError,
 )
+from dms.jobs._failures import error_text
 from dms.jobs.backoff import MAX_BACKOFF_SECONDS
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
-from dms.jobs.failures import error_text
 from dms.jobs.tables import job_idempotency_keys, job_schedules, processing_jobs
 from dms.jobs.validation import (
     MAX_KEY_RETENTION,

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from dms.errors import ValidationError
-from dms.jobs.failures import (
+from dms.jobs._failures import (
     CUT_MARKER,
     MAX_ERROR_CHARS,
     MAX_SUMMARY_CHARS,

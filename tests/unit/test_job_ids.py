@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from dms.jobs.ids import new_job_ids, uuid_of
+from dms.jobs._ids import new_job_ids, uuid_of
 
 
 def test_ids_are_version_7_of_the_rfc_variant() -> None:

@@ -1,4 +1,4 @@
-"""The batch documents of dms.jobs.wire, read back in Python."""
+"""The batch documents of dms.jobs._wire, read back in Python."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from dms.jobs import wire
+from dms.jobs import _wire as wire
 
 
 def test_a_job_id_is_read_from_its_text() -> None:

@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import LeaseLost
+from dms.jobs._failures import escaped
 from dms.jobs.backoff import Backoff
-from dms.jobs.failures import escaped
 from dms.jobs.model import Job
 from dms.jobs.settlement import fail, release
 from dms.jobs.worker.book import Claim, ClaimBook

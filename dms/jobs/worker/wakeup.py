@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import URL, Engine
 
-from dms.jobs.statements import NOTIFY_CHANNEL
+from dms.jobs._statements import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Wakeup:
 
 
 class Listener:
-    """LISTENs on :data:`~dms.jobs.statements.NOTIFY_CHANNEL` and wakes the claimers."""
+    """LISTENs on :data:`~dms.jobs._statements.NOTIFY_CHANNEL` and wakes the claimers."""
 
     def __init__(
         self,

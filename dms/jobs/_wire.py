@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dms.jobs.ids import uuid_of
+from dms.jobs._ids import uuid_of
 
 
 def rows(*columns: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.types import TypeEngine
 
-from dms.jobs import wire
+from dms.jobs import _wire as wire
 from dms.jobs.model import CANCELLABLE_STATES, JobState
 from dms.jobs.tables import job_idempotency_keys as ledger
 from dms.jobs.tables import job_schedules, job_workers
@@ -55,7 +55,7 @@ def tenants_known() -> sa.ColumnElement[bool]:
     return found == sa.bindparam("tenant_count", type_=sa.Integer)
 
 
-#: Columns of an enqueued batch, one object per job in one document (see :mod:`.wire`): the
+#: Columns of an enqueued batch, one object per job in one document (see :mod:`._wire`): the
 #: statement's text does not depend on the batch size, so it is prepared once per connection
 #: and has no parameter-count limit.
 BATCH_COLUMNS: tuple[tuple[str, TypeEngine[Any]], ...] = (
@@ -159,7 +159,7 @@ CLAIMED_COLUMNS = (
 
 
 def claim_document(claimed: sa.CTE) -> sa.Select[Any]:
-    """The claim as one document (see :mod:`dms.jobs.wire`), read by :func:`_claim`.
+    """The claim as one document (see :mod:`dms.jobs._wire`), read by :func:`_claim`.
 
     ``[started_at, lease_expires_at, rows]``: ``started_at`` and ``lease_expires_at`` are the
     claim's (``now()`` is the transaction's start, so every claimed row has these two). A row

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
-from dms.jobs import wire
+from dms.jobs import _wire as wire
 from dms.jobs.backoff import Backoff
 from dms.jobs.model import Job, JobState
 
