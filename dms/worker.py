@@ -23,6 +23,8 @@ class Worker(jobs.Worker[UnitOfWork]):
     raises. Arguments as :class:`dms.jobs.Worker`.
     """
 
+    unit_type = UnitOfWork
+
     @classmethod
     def default_unit_of_work(cls, engine: Engine) -> UnitOfWorkFactory[UnitOfWork]:
         """Lazy tenant units of work of ``engine``, settings resolved once."""

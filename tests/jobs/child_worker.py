@@ -28,29 +28,29 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from dms import jobs
-from dms.uow import UnitOfWork
+from dms.jobs.worker import JobUnitOfWork
 from tests.jobs.conftest import job_effects
 
 
-def _write_effect(uow: UnitOfWork, job: jobs.Job) -> None:
+def _write_effect(uow: JobUnitOfWork, job: jobs.Job) -> None:
     uow.connection.execute(
         sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="child")
     )
 
 
-def crash(uow: UnitOfWork, job: jobs.Job) -> None:
+def crash(uow: JobUnitOfWork, job: jobs.Job) -> None:
     """Write, then die before the unit of work commits."""
     _write_effect(uow, job)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def block(uow: UnitOfWork, job: jobs.Job) -> None:
+def block(uow: JobUnitOfWork, job: jobs.Job) -> None:
     """Write, then take far longer than the grace period."""
     _write_effect(uow, job)
     time.sleep(60)
 
 
-def work(uow: UnitOfWork, job: jobs.Job) -> None:
+def work(uow: JobUnitOfWork, job: jobs.Job) -> None:
     """Write, then take a little while."""
     _write_effect(uow, job)
     time.sleep(EFFECT_SECONDS)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms import jobs
-from dms.uow import UnitOfWork
+from dms.jobs.worker import JobUnitOfWork
 from tests.jobs.conftest import count_effects, job_effects, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def test_job_of_a_killed_worker_is_completed_once_by_another(
     assert (orphan.state, orphan.attempts) == (jobs.JobState.RUNNING, 1)
     assert count_effects(engine, effects, job_id) == 0  # the dead worker's write never committed
 
-    def survivor(uow: UnitOfWork, job: jobs.Job) -> None:
+    def survivor(uow: JobUnitOfWork, job: jobs.Job) -> None:
         uow.connection.execute(
             sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="survivor")
         )

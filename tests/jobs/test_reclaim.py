@@ -13,7 +13,7 @@ from dms import jobs
 from dms.errors import LeaseLost, ValidationError
 from dms.jobs.claims import release_unheld
 from dms.jobs.tables import processing_jobs
-from dms.uow import UnitOfWork
+from dms.jobs.worker import JobUnitOfWork
 from tests.jobs.conftest import wait_for
 
 LONG_LEASE = timedelta(minutes=5)
@@ -136,7 +136,7 @@ def test_the_worker_reclaims_an_expired_lease_and_completes_the_job(
     _expire(engine, lost.id)
     ran: list[int] = []
 
-    def handler(uow: UnitOfWork, job: jobs.Job) -> None:
+    def handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
         ran.append(job.attempts)
 
     with jobs.Worker(engine, {kind: handler}, poll_seconds=0.1):

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 
 from dms import citus, jobs, placement, tenancy
 from dms.errors import ClusterError, TenantNotFound
+from dms.jobs.worker import JobUnitOfWork
 from dms.schema import tenant as t
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
@@ -26,7 +27,7 @@ from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 WRITES_PER_ROUND = 3
 
 
-def _record(uow: UnitOfWork, job: jobs.Job) -> None:
+def _record(uow: JobUnitOfWork, job: jobs.Job) -> None:
     """One row per run, written through the job's unit of work (so on the tenant's node)."""
     uow.connection.execute(
         sa.insert(job_effects).values(

@@ -18,14 +18,14 @@ from dms import jobs
 from dms.errors import ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.jobs.validation import MAX_LEASE
-from dms.jobs.worker import TenantTransaction
+from dms.jobs.worker import JobUnitOfWork, TenantTransaction
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 
 FAST_RETRY = jobs.Backoff(initial_seconds=0, step_seconds=0, maximum_seconds=0)
 
 
-def record_effect(uow: UnitOfWork, job: jobs.Job) -> None:
+def record_effect(uow: JobUnitOfWork, job: jobs.Job) -> None:
     """A handler that writes one row through its unit of work."""
     uow.connection.execute(
         sa.insert(job_effects).values(
@@ -97,7 +97,7 @@ def test_a_failing_handler_is_retried_with_its_traceback_recorded(
 ) -> None:
     (job_id,) = _enqueue(engine, kind, effects, max_attempts=2)
 
-    def flaky(uow: UnitOfWork, job: jobs.Job) -> None:
+    def flaky(uow: JobUnitOfWork, job: jobs.Job) -> None:
         record_effect(uow, job)  # rolled back with the failed attempt
         if job.attempts == 1:
             raise ValueError("document is locked")
@@ -119,7 +119,7 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
 ) -> None:
     (job_id,) = _enqueue(engine, kind, effects, max_attempts=5)
 
-    def hopeless(uow: UnitOfWork, job: jobs.Job) -> None:
+    def hopeless(uow: JobUnitOfWork, job: jobs.Job) -> None:
         record_effect(uow, job)
         raise dms.errors.PermanentFailure("the file is encrypted")
 
@@ -242,7 +242,7 @@ def test_stop_finishes_short_jobs_and_releases_the_rest(
     release_slow = threading.Event()
     slow_finished = threading.Event()
 
-    def handler(uow: UnitOfWork, job: jobs.Job) -> None:
+    def handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
         if job.payload["i"] == 0:
             release_slow.wait(timeout=30)
             record_effect(uow, job)
@@ -275,7 +275,7 @@ def test_a_worker_whose_connections_are_terminated_keeps_going(
     worker_engine = fresh_engine(application_name=app, pool_pre_ping=True)
     total = 60
 
-    def handler(uow: UnitOfWork, job: jobs.Job) -> None:
+    def handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
         time.sleep(0.02)
         record_effect(uow, job)
 
@@ -312,7 +312,7 @@ def test_a_worker_of_slow_jobs_claims_about_one_job_ahead_per_runner(
     # pace at which jobs finish, not the prefetch ceiling (1,000 here).
     _enqueue(engine, kind, tenant, count=60)
 
-    def slow(uow: UnitOfWork, job: jobs.Job) -> None:
+    def slow(uow: JobUnitOfWork, job: jobs.Job) -> None:
         time.sleep(0.05)
 
     with jobs.Worker(engine, {kind: slow}, concurrency=2, prefetch=1000, poll_seconds=0.2):

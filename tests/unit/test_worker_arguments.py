@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,13 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dms
+from dms import processing
 from dms.errors import ValidationError
 from dms.jobs import Backoff, Job, Worker
-from dms.jobs.worker import arguments
+from dms.jobs.worker import JobUnitOfWork, arguments
+from dms.storage import LocalBlobStore
+from dms.uow import UnitOfWork
 
 NOWHERE = sa.create_engine("postgresql+psycopg://nobody@localhost:1/nothing")
 
@@ -129,3 +134,32 @@ def test_any_arguments_make_a_worker_or_a_validation_error(**options: Any) -> No
         assert worker.name == options["name"]
     worker.name.encode("utf-8")  # storable: no lone surrogate
     assert "\x00" not in worker.name
+
+
+def _needs_documents(uow: UnitOfWork, job: Job, /) -> None:
+    """A document-layer handler: reads through the repositories."""
+    uow.documents.get(job.id)
+
+
+def _takes_anything(uow: Any, job: Job, /) -> None:
+    """Takes whatever unit it is given."""
+
+
+def _takes_a_job_unit(uow: JobUnitOfWork, job: Job, /) -> None:
+    """Needs only the connection (a protocol both units meet)."""
+
+
+def test_a_handler_that_needs_a_unit_of_work_is_refused_by_a_worker_that_gives_none(
+    tmp_path: Path,
+) -> None:
+    # The trap of issue 30: dms's own handlers given to the queue-level worker failed every
+    # job with "'TenantTransaction' object has no attribute 'revisions'".
+    built_in = processing.handlers(LocalBlobStore(tmp_path))
+    for handlers in ({"k": _needs_documents}, built_in):
+        with pytest.raises(ValidationError, match="takes a UnitOfWork, and this worker gives"):
+            Worker(NOWHERE, handlers)
+        dms.Worker(NOWHERE, handlers)  # the tenant's UnitOfWork: accepted
+        Worker(NOWHERE, handlers, unit_of_work=UnitOfWork.factory(NOWHERE))  # made as given
+    for handler in (_noop, _takes_anything, _takes_a_job_unit, lambda uow, job: None):
+        Worker(NOWHERE, {"k": handler})
+        dms.Worker(NOWHERE, {"k": handler})

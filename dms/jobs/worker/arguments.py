@@ -7,7 +7,9 @@ wrong type, an absurd size. The limits are documented constants.
 
 from __future__ import annotations
 
+import inspect
 import math
+import typing
 from collections.abc import Collection, Mapping
 from datetime import timedelta
 
@@ -106,3 +108,43 @@ def lease(value: object) -> timedelta:
     if checked < MIN_LEASE:
         raise ValidationError(f"a worker's lease must be at least {MIN_LEASE}, not {checked}")
     return checked
+
+
+def handlers_fit(handlers: Mapping[str, object], unit: type) -> None:
+    """Refuse a handler whose first parameter is annotated with a class ``unit`` is not.
+
+    A handler written for the document layer's ``UnitOfWork`` (``uow.revisions``...) given to
+    a worker that passes a bare transaction would fail every job with an ``AttributeError``;
+    it is refused here instead. Handlers whose annotation cannot be read or is no class
+    (``Any``, a protocol, a name that does not resolve) are taken on trust.
+    """
+    for kind, handler in handlers.items():
+        wanted = _first_parameter_class(handler)
+        if wanted is not None and not _is_subclass(unit, wanted):
+            raise ValidationError(
+                f"the handler of job kind {kind!r} takes a {wanted.__name__}, and this worker "
+                f"gives each handler a {unit.__name__}: use dms.Worker (the tenant's "
+                "UnitOfWork), or pass unit_of_work= a factory of what the handler takes"
+            )
+
+
+def _first_parameter_class(handler: object) -> type | None:
+    try:
+        parameters = list(inspect.signature(handler).parameters.values())  # type: ignore[arg-type]
+        hints = typing.get_type_hints(handler)
+    except (TypeError, ValueError, NameError, AttributeError):
+        return None
+    if not parameters:
+        return None
+    wanted = hints.get(parameters[0].name)
+    # Any is a class since Python 3.11: it, like object, takes whatever it is given.
+    if wanted is typing.Any or wanted is object or not isinstance(wanted, type):
+        return None
+    return wanted
+
+
+def _is_subclass(unit: type, wanted: type) -> bool:
+    try:
+        return issubclass(unit, wanted)
+    except TypeError:  # a protocol that is not runtime-checkable: taken on trust
+        return True

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
 from functools import partial
 from types import FrameType
-from typing import Generic, TypeVar, cast
+from typing import ClassVar, Generic, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -123,6 +123,8 @@ class Worker(Generic[U]):
         )
         if unit_of_work is not None and not callable(unit_of_work):
             raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
+        if unit_of_work is None:  # what a given factory makes is known only when it runs
+            arguments.handlers_fit(self._handlers, self.unit_type)
         self._listen_url = (
             listen_url_of(engine, listen_url) if check_flag("listen", listen) else None
         )
@@ -156,6 +158,10 @@ class Worker(Generic[U]):
             runner_lost=self._release_ready,
         )
         self._started = False
+
+    #: What :meth:`default_unit_of_work` gives each handler: a handler annotated with another
+    #: class is refused when the worker is made (:func:`.arguments.handlers_fit`).
+    unit_type: ClassVar[type] = TenantTransaction
 
     @classmethod
     def default_unit_of_work(cls, engine: Engine) -> UnitOfWorkFactory[U]:
