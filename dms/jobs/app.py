@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dms.jobs.schedules import Schedule, require_schedules
-from dms.jobs.worker import Handler, arguments
+from dms.jobs.worker import Handler
+from dms.jobs.worker import _arguments as arguments
 
 
 @dataclass(frozen=True)

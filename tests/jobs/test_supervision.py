@@ -232,7 +232,7 @@ def _losing_first_claim(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         conn.invalidate()
         raise sa.exc.OperationalError("claim", {}, Exception("the connection is lost"))
 
-    monkeypatch.setattr("dms.jobs.worker.claimer.claim_batch", claim_then_lose)
+    monkeypatch.setattr("dms.jobs.worker._claimer.claim_batch", claim_then_lose)
     return lost
 
 

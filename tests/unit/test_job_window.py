@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dms.jobs.worker.window import PACE_SECONDS, ROUND_TRIPS_AHEAD, Window
+from dms.jobs.worker._window import PACE_SECONDS, ROUND_TRIPS_AHEAD, Window
 
 
 def _window(floor: int = 8, ceiling: int = 1000) -> Window:

@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 import pytest
 
 from dms.jobs import Job, JobState
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.completer import take_batch
-from dms.jobs.worker.settler import PRINTABLE_CHARS, printable_error
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._completer import take_batch
+from dms.jobs.worker._settler import PRINTABLE_CHARS, printable_error
+from dms.jobs.worker._supervisor import RUNNER, Supervisor
+from dms.jobs.worker._window import claim_size, room_left
 from dms.jobs.worker.stats import Tally
-from dms.jobs.worker.supervisor import RUNNER, Supervisor
-from dms.jobs.worker.window import claim_size, room_left
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

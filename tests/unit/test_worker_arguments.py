@@ -20,7 +20,8 @@ import dms
 from dms import processing
 from dms.errors import ValidationError
 from dms.jobs import Backoff, Job, Worker
-from dms.jobs.worker import JobUnitOfWork, arguments
+from dms.jobs.worker import JobUnitOfWork
+from dms.jobs.worker import _arguments as arguments
 from dms.storage import LocalBlobStore
 from dms.uow import UnitOfWork
 

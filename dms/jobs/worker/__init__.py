@@ -7,21 +7,27 @@
 
 The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws them):
 
-* :mod:`.window` and :mod:`.book`: the **claim window** (how many jobs to hold ahead of
+* :mod:`._window` and :mod:`._book`: the **claim window** (how many jobs to hold ahead of
   the runners: Little's law) and the book of held **claims**, each tracked by a token unique
   per claim, never by the job id alone;
-* :mod:`.claimer`: two **claimers** fill the runners' queue, one claim statement per batch,
+* :mod:`._claimer`: two **claimers** fill the runners' queue, one claim statement per batch,
   and take back expired leases;
-* :mod:`.runner`: ``concurrency`` **runners** run one job each, its handler inside the unit of
+* :mod:`._runner`: ``concurrency`` **runners** run one job each, its handler inside the unit of
   work made for the job's tenant (:mod:`.unit`: a protocol and a factory, since ``dms.jobs``
-  sits below :mod:`dms.uow`); :mod:`.settler` records failures and releases, fenced;
-* :mod:`.completer`: the **batch completer** completes the jobs whose handlers wrote nothing,
+  sits below :mod:`dms.uow`); :mod:`._settler` records failures and releases, fenced;
+* :mod:`._completer`: the **batch completer** completes the jobs whose handlers wrote nothing,
   many per statement;
-* :mod:`.renewer`: the **lease renewer** (heartbeat) extends the leases of held claims;
-* :mod:`.wakeup`: the **wake-up listener** (``LISTEN``) wakes the claimers when jobs are
+* :mod:`._renewer`: the **lease renewer** (heartbeat) extends the leases of held claims;
+* :mod:`._wakeup`: the **wake-up listener** (``LISTEN``) wakes the claimers when jobs are
   enqueued, while polling keeps working without it;
-* :mod:`.supervisor`: **supervision**: a part that fails, whatever the exception, is logged
+* :mod:`._ticker`: the **ticker** enqueues the due ticks of periodic jobs and announces the
+  worker and its kinds;
+* :mod:`._supervisor`: **supervision**: a part that fails, whatever the exception, is logged
   with its traceback, counted (:mod:`.stats`), salvages the job it held, and is replaced.
+
+The parts' modules (and :mod:`._arguments`, :mod:`._session`) start with an underscore: they are
+internal. The package's API is what it exports: :class:`Worker`, the unit-of-work protocol and
+factory (:mod:`.unit`) and :class:`WorkerStats`.
 
 Database errors in the worker's own statements (a connection killed by
 ``pg_terminate_backend``, a failover) are logged and retried with a fresh pooled connection.
@@ -29,7 +35,7 @@ Create the engine with ``pool_pre_ping=True`` so that dead pooled connections ar
 before use.
 """
 
-from dms.jobs.worker.runner import Handler
+from dms.jobs.worker._runner import Handler
 from dms.jobs.worker.stats import WorkerStats
 from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
 from dms.jobs.worker.worker import BATCH_SIZE, GRACE_SECONDS, POLL_SECONDS, PREFETCH, Worker

@@ -26,18 +26,18 @@ from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.model import Job
 from dms.jobs.presence import withdraw
 from dms.jobs.schedules import Schedule, register_schedules, require_schedules
-from dms.jobs.worker import arguments
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.claimer import Claimer
-from dms.jobs.worker.completer import Completer
-from dms.jobs.worker.renewer import Renewer
-from dms.jobs.worker.runner import Handler, Runner
-from dms.jobs.worker.settler import Settler
+from dms.jobs.worker import _arguments as arguments
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._claimer import Claimer
+from dms.jobs.worker._completer import Completer
+from dms.jobs.worker._renewer import Renewer
+from dms.jobs.worker._runner import Handler, Runner
+from dms.jobs.worker._settler import Settler
+from dms.jobs.worker._supervisor import RUNNER, Part, Supervisor
+from dms.jobs.worker._ticker import Ticker
+from dms.jobs.worker._wakeup import Listener, Wakeup, listen_url
 from dms.jobs.worker.stats import Tally, WorkerStats
-from dms.jobs.worker.supervisor import RUNNER, Part, Supervisor
-from dms.jobs.worker.ticker import Ticker
 from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
-from dms.jobs.worker.wakeup import Listener, Wakeup, listen_url
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ POLL_SECONDS = 2.0
 GRACE_SECONDS = 30.0
 #: Most jobs claimed by one statement, and completed by one statement, by default.
 BATCH_SIZE = 500
-#: Most jobs a worker claims ahead of its runner threads, by default (see :mod:`.window`).
+#: Most jobs a worker claims ahead of its runner threads, by default (see :mod:`._window`).
 PREFETCH = 1000
 #: Claimer threads, each with its own connection: while one claim waits for PostgreSQL, the
 #: other's rows are decoded (bench/README.md).
@@ -68,12 +68,12 @@ class Worker(Generic[U]):
     here; ``dms.Worker`` runs handlers in the tenant ``UnitOfWork`` with its repositories).
     ``prefetch``: most jobs claimed ahead of the runners (default :data:`PREFETCH`). Within
     it, the worker claims ahead what its runners finish in a few claim round trips at their
-    current pace, and at least one job per runner (:mod:`.window`): many short jobs get
+    current pace, and at least one job per runner (:mod:`._window`): many short jobs get
     large claims, long jobs are not hoarded. ``batch_size``: most jobs per claim or
     completion statement. ``schedules``: periodic jobs (:class:`~dms.jobs.Schedule`) that
     :meth:`start` registers; every worker ticks every registered schedule, whoever registered
     it. Every argument is checked here, before any SQL (:class:`~dms.errors.ValidationError`;
-    limits in :mod:`.arguments`).
+    limits in :mod:`._arguments`).
     """
 
     def __init__(
@@ -160,7 +160,7 @@ class Worker(Generic[U]):
         self._started = False
 
     #: What :meth:`default_unit_of_work` gives each handler: a handler annotated with another
-    #: class is refused when the worker is made (:func:`.arguments.handlers_fit`).
+    #: class is refused when the worker is made (:func:`._arguments.handlers_fit`).
     unit_type: ClassVar[type] = TenantTransaction
 
     @classmethod

@@ -5,7 +5,7 @@ before the commit: the handler's writes and the job's ``done`` commit together o
 and if the lease was lost meanwhile (another worker reclaimed the job) the fenced completion
 raises :class:`~dms.errors.LeaseLost` and everything rolls back. A handler that never touches
 the database has nothing to commit: its claim goes to the batch completer
-(:mod:`.completer`). Whatever a handler raises fails the attempt (fenced, through the
+(:mod:`._completer`). Whatever a handler raises fails the attempt (fenced, through the
 :class:`~.settler.Settler`), logged at WARNING with the job's id, kind and tenant.
 
 A job whose connection died under its handler is released without an attempt penalty. An
@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from dms.errors import LeaseLost, PermanentFailure
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.settler import Settler, printable_line
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._settler import Settler, printable_line
 from dms.jobs.worker.stats import Tally
 from dms.jobs.worker.unit import JobUnitOfWork, UnitOfWorkFactory, wrote
 

@@ -2,7 +2,7 @@
 
 Two claimers run, each with its own connection: while one waits for PostgreSQL the other's
 rows are decoded (bench/README.md). A claim takes as many jobs as the claim window leaves room
-for (:mod:`.window`, :class:`~.claims.ClaimBook`). A claimer also takes back jobs whose lease
+for (:mod:`._window`, :class:`~._book.ClaimBook`). A claimer also takes back jobs whose lease
 expired (:func:`~dms.jobs.reclaim_expired`) every quarter of the lease and, at most once a
 poll interval, whenever a claim finds nothing: the claim itself stays one index scan of
 queued rows. Database errors are logged and retried with a fresh connection, waiting longer
@@ -32,10 +32,10 @@ from sqlalchemy.engine import Connection, Engine
 from dms.jobs.claims import next_after, reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
 from dms.jobs.pipeline import claim_batch
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._session import HeldSession
+from dms.jobs.worker._wakeup import Wakeup
 from dms.jobs.worker.stats import Tally
-from dms.jobs.worker.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 

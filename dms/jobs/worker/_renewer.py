@@ -22,8 +22,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms.errors import LeaseLost
 from dms.jobs.settlement import heartbeat
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._session import HeldSession
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)

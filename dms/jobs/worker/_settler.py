@@ -3,7 +3,7 @@
 Every settle is fenced (see :mod:`dms.jobs.settlement`): a claim whose lease was lost changes
 nothing. Dropped connections are retried a few times; an outcome that cannot be recorded is
 given up, and the claim is let go: its lease is renewed no more, and the next sweep of a
-claimer (:mod:`.claimer`) gives the job back, or, if the database stays out of reach, its lease
+claimer (:mod:`._claimer`) gives the job back, or, if the database stays out of reach, its lease
 expires and it is reclaimed (by this worker or another): never held.
 
 A failure whose text PostgreSQL refuses (NUL, lone surrogates: issue 10, bug 2) or whose
@@ -29,7 +29,7 @@ from dms.jobs._failures import escaped
 from dms.jobs.backoff import Backoff
 from dms.jobs.model import Job
 from dms.jobs.settlement import fail, release
-from dms.jobs.worker.book import Claim, ClaimBook
+from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)

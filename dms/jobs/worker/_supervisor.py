@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from dms.jobs.worker.settler import printable_error
+from dms.jobs.worker._settler import printable_error
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)

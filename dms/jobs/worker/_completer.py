@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dms.jobs.settlement import Completion, complete_many
-from dms.jobs.worker.book import Claim, ClaimBook
-from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._session import HeldSession
 from dms.jobs.worker.stats import Tally
 
 log = logging.getLogger(__name__)

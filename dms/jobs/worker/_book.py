@@ -8,7 +8,7 @@ other (issue 10, bug 1).
 
 The :class:`ClaimBook` is the worker's shared state, behind one lock: which claims are held
 (their leases renewed), which run, which wait for the batch completer, and how much room the
-claim window (:mod:`.window`) leaves for the next claim. It runs no SQL.
+claim window (:mod:`._window`) leaves for the next claim. It runs no SQL.
 
 It also knows when the database may hold claims it does not: a claim whose reply was lost
 with its connection (its ``COMMIT`` may have gone through), an outcome given up. A claimer
@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 
 from dms.jobs.model import Job
-from dms.jobs.worker.window import Window, capacity, claim_size, room_left
+from dms.jobs.worker._window import Window, capacity, claim_size, room_left
 
 
 class Claim:

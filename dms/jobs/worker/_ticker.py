@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms.jobs.presence import ANNOUNCE_SECONDS, announce
 from dms.jobs.schedules import Tick, tick_schedules
-from dms.jobs.worker.session import HeldSession
+from dms.jobs.worker._session import HeldSession
 
 log = logging.getLogger(__name__)
 
