@@ -586,6 +586,12 @@ ENTRY_POINTS: list[EntryPoint] = [
         for field, values in SCHEDULE_FIELDS.items()
     ),
     EntryPoint(
+        "remove_schedule(name)",
+        st.one_of(TEXT, ANYTHING),
+        lambda conn, world, value: jobs.remove_schedule(conn, value),
+        refusals=(*BEFORE_SQL, NotFound),
+    ),
+    EntryPoint(
         "register_schedules(schedules)",
         lambda world: st.one_of(
             st.lists(

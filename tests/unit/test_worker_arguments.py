@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import dms
 from dms import processing
 from dms.errors import ValidationError
-from dms.jobs import Backoff, Job, Worker
+from dms.jobs import App, Backoff, Job, Worker
 from dms.jobs.worker import JobUnitOfWork
 from dms.jobs.worker import _arguments as arguments
 from dms.storage import LocalBlobStore
@@ -53,6 +53,7 @@ HOSTILE_VALUES: list[tuple[str, object]] = [
     *(("listen", v) for v in (1, "yes", None)),
     *(("listen_url", v) for v in (5, b"postgresql://x")),
     *(("unit_of_work", v) for v in (5, "UnitOfWork")),
+    *(("schedules", v) for v in ("* * * * *", 5, None, [None], [{"cron": "@daily"}], {"a": 1})),
 ]
 
 
@@ -73,6 +74,14 @@ def test_a_hostile_handler_kind_is_refused(kind: Any) -> None:
 def test_handlers_must_map_kinds_to_callables(handlers: Any) -> None:
     with pytest.raises(ValidationError):
         Worker(NOWHERE, handlers)
+    with pytest.raises(ValidationError):
+        App(handlers)
+
+
+@pytest.mark.parametrize("schedules", ["@daily", 5, None, [None], [object()]])
+def test_an_app_refuses_what_is_no_schedule(schedules: Any) -> None:
+    with pytest.raises(ValidationError):
+        App({"k": _noop}, schedules)
 
 
 def test_an_engine_is_required() -> None:
