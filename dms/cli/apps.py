@@ -36,18 +36,18 @@ def load_apps(apps: Sequence[str], store: BlobStore) -> App:
     for name in [BUILT_IN, *(a for a in apps if a != BUILT_IN)]:
         app = _app(name, store)
         for kind, handler in app.handlers.items():
-            _claim(owners, f"job kind {kind!r}", name)
+            _claim(owners, f"job kind {kind!r} is handled", name)
             handlers[kind] = handler
         for schedule in app.schedules:
-            _claim(owners, f"schedule {schedule.name!r}", name)
+            _claim(owners, f"schedule {schedule.name!r} is defined", name)
             schedules[schedule.name] = schedule
     return App(handlers, tuple(schedules.values()))
 
 
 def _claim(owners: dict[str, str], what: str, app: str) -> None:
+    """Record that ``app`` owns ``what`` (``job kind 'x' is handled``), refused if one does."""
     if what in owners:
-        handled = "handled" if what.startswith("job kind") else "defined"
-        raise ConfigurationError(f"--app {app}: {what} is {handled} by {owners[what]} already")
+        raise ConfigurationError(f"--app {app}: {what} by {owners[what]} already")
     owners[what] = app
 
 

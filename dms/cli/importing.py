@@ -75,10 +75,7 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
 
         def after_batch(done: ImportProgress) -> None:
             progress(done)
-            if signals.received:
-                # The interrupt was swallowed where it landed (a weakref callback, say): stop
-                # here, between two committed batches, as it would have stopped anyway.
-                raise KeyboardInterrupt
+            signals.stop_here()  # between two committed batches
 
         try:
             report = import_tree(

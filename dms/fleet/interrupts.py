@@ -26,6 +26,15 @@ class Signals:
 
     received: list[int] = field(default_factory=list)
 
+    def stop_here(self) -> None:
+        """At a point where stopping is safe: raise ``KeyboardInterrupt`` if a signal came.
+
+        The handler's own ``KeyboardInterrupt`` is lost where it lands in a weakref callback or
+        a ``__del__`` (Python prints it as ignored); this raises it again where it cannot be.
+        """
+        if self.received:
+            raise KeyboardInterrupt
+
     @property
     def exit_status(self) -> int:
         """143 if SIGTERM stopped the run, else 130 (Ctrl-C)."""
@@ -38,7 +47,7 @@ def sigterm_as_interrupt() -> Iterator[Signals]:
 
     ``KeyboardInterrupt`` is raised wherever the main thread happens to be, and where that is a
     weakref callback or a ``__del__``, Python prints it as ignored and goes on: a caller with
-    points where stopping is safe checks :attr:`Signals.received` there too. Ctrl-C is recorded
+    points where stopping is safe calls :meth:`Signals.stop_here` there too. Ctrl-C is recorded
     only where it would raise anyway (Python's default handler): an ignored SIGINT stays ignored.
     """
     signals = Signals()

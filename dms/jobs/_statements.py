@@ -743,9 +743,10 @@ def due_schedules_statement() -> sa.Select[Any]:
 
     Those another pass holds are skipped: concurrent workers tick different schedules, and
     never one tick twice (the pass that holds a row moves it past its ticks before it lets go).
+    Each row carries the database's clock as ``now``, what the pass computes its ticks from.
     """
     return (
-        sa.select(job_schedules)
+        sa.select(job_schedules, sa.func.now().label("now"))
         .where(job_schedules.c.next_run_at <= sa.func.now())
         .order_by(job_schedules.c.next_run_at)
         .limit(sa.bindparam("limit"))
@@ -760,12 +761,13 @@ def advance_schedule_statement() -> sa.Executable:
         .where(job_schedules.c.name == sa.bindparam("schedule_name"))
         .values(
             next_run_at=sa.bindparam("next_run_at"),
+            # A pass that enqueued or skipped nothing keeps what the column says.
             last_tick_at=sa.func.coalesce(
                 sa.bindparam("last_tick_at", type_=job_schedules.c.last_tick_at.type),
                 job_schedules.c.last_tick_at,
             ),
             skipped_until=sa.func.coalesce(
-                sa.bindparam("skipped_until", type_=job_schedules.c.last_tick_at.type),
+                sa.bindparam("skipped_until", type_=job_schedules.c.skipped_until.type),
                 job_schedules.c.skipped_until,
             ),
         )

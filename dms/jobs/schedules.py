@@ -192,14 +192,15 @@ def tick_schedules(target: Executor) -> list[Tick]:
     to count (a worker's ticker commits after each pass). See the module's text for the rules.
     """
     conn = connection_of(target)
-    rows = conn.execute(
-        statements.due_schedules_statement(), {"limit": SCHEDULES_PER_PASS}
-    ).mappings()
-    due = [_state(row) for row in rows]
-    if not due:
+    rows = (
+        conn.execute(statements.due_schedules_statement(), {"limit": SCHEDULES_PER_PASS})
+        .mappings()
+        .all()
+    )
+    if not rows:
         return []
-    now = _database_now(conn)
-    passes = [_pass(state, now) for state in due]
+    due = [_state(row) for row in rows]
+    passes = [_pass(state, rows[0]["now"]) for state in due]
     enqueue_many(
         conn,
         [

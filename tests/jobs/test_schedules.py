@@ -49,6 +49,13 @@ def _rewind(conn: Connection, name: str, by: timedelta) -> None:
     )
 
 
+def _register_due(engine: Engine, schedule: jobs.Schedule, by: timedelta) -> None:
+    """Register ``schedule`` with its next tick ``by`` in the past: ticks are due at once."""
+    with engine.begin() as conn:
+        jobs.register_schedules(conn, [schedule])
+        _rewind(conn, schedule.name, by)
+
+
 def _ticks_enqueued(conn: Connection, kind: str) -> list[datetime]:
     return list(
         conn.scalars(
@@ -84,9 +91,7 @@ def test_every_due_tick_is_enqueued_once_with_its_tick_as_run_at(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     schedule = _schedule(tenant, kind, payload={"n": 1}, priority=5, max_attempts=2)
-    with engine.begin() as conn:
-        jobs.register_schedules(conn, [schedule])
-        _rewind(conn, schedule.name, timedelta(seconds=30))
+    _register_due(engine, schedule, timedelta(seconds=30))
     with engine.begin() as conn:
         (tick,) = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
         again = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
@@ -107,9 +112,7 @@ def test_concurrent_passes_enqueue_each_tick_exactly_once(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     schedule = _schedule(tenant, kind)
-    with engine.begin() as conn:
-        jobs.register_schedules(conn, [schedule])
-        _rewind(conn, schedule.name, timedelta(seconds=5))
+    _register_due(engine, schedule, timedelta(seconds=5))
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -140,9 +143,7 @@ def test_ticks_older_than_the_catch_up_window_are_skipped_and_recorded(
     engine: Engine, tenant: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     schedule = _schedule(tenant, kind, EVERY_MINUTE, catch_up=timedelta(minutes=10))
-    with engine.begin() as conn:
-        jobs.register_schedules(conn, [schedule])
-        _rewind(conn, schedule.name, timedelta(hours=3))
+    _register_due(engine, schedule, timedelta(hours=3))
     with caplog.at_level(logging.WARNING, logger="dms.jobs.schedules"), engine.begin() as conn:
         now = _now(conn)
         (tick,) = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
@@ -159,9 +160,7 @@ def test_ticks_older_than_the_catch_up_window_are_skipped_and_recorded(
 
 def test_no_catch_up_enqueues_only_what_is_due_now(engine: Engine, tenant: str, kind: str) -> None:
     schedule = _schedule(tenant, kind, EVERY_MINUTE, catch_up=timedelta(0))
-    with engine.begin() as conn:
-        jobs.register_schedules(conn, [schedule])
-        _rewind(conn, schedule.name, timedelta(minutes=30))
+    _register_due(engine, schedule, timedelta(minutes=30))
     with engine.begin() as conn:
         (tick,) = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
     assert tick.ticks == ()
