@@ -184,13 +184,15 @@ def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
     handler returns (a stop that waited for the runner first would leave it waiting in vain).
     """
     ids = _enqueue(engine, kind, effects, [{}] * 5)
+    running = threading.Event()
     stopping = threading.Event()
     released_while_running: list[bool] = []
 
     def slow(uow: JobUnitOfWork, job: jobs.Job) -> None:
         _record_effect(uow, job)
-        if released_while_running:  # the first job's handler is the one that watches
+        if running.is_set():  # the first job's handler is the one that watches
             return
+        running.set()
         stopping.wait(timeout=30)
         with engine.connect() as conn:
             released_while_running.append(
@@ -199,7 +201,9 @@ def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
 
     worker = jobs.Worker(engine, {kind: slow}, poll_seconds=0.1, prefetch=10, grace_seconds=30)
     with worker:
-        wait_for(lambda: worker.stats().held >= 2)
+        # Held alone is not enough: all five can be held before the runner starts the first,
+        # and a stop then releases them all with no handler left to watch.
+        wait_for(lambda: running.is_set() and worker.stats().held >= 2)
         stopping.set()
     with engine.connect() as conn:
         assert count_jobs(conn, kind, "running") == 0
