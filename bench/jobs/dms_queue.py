@@ -14,7 +14,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from bench.jobs.common import DRAIN_CHECK_SECONDS, LATENCY_RATE_PER_SECOND, rate, timed
 from dms import jobs, migrations, provisioning
 from dms.jobs.tables import processing_jobs
-from dms.uow import UnitOfWork
+from dms.jobs.worker import JobUnitOfWork
 from dms.users import create_users_stand_in
 
 TENANT = "bench"
@@ -151,7 +151,7 @@ def process(url: URL, probe: Engine, count: int, concurrency: int, ledger: Exact
     engine = worker_engine(url, concurrency)
     runs = ledger.runs
 
-    def noop(uow: UnitOfWork, job: jobs.Job) -> None:
+    def noop(uow: JobUnitOfWork, job: jobs.Job) -> None:
         runs.append(job.id)
 
     worker = jobs.Worker(engine, {kind: noop}, concurrency=concurrency, lease=_LONG_LEASE)
@@ -182,7 +182,7 @@ def latency(
     sent: dict[str, float] = {}
     runs = ledger.runs
 
-    def note(uow: UnitOfWork, job: jobs.Job) -> None:
+    def note(uow: JobUnitOfWork, job: jobs.Job) -> None:
         now = time.perf_counter()
         runs.append(job.id)
         with lock:
