@@ -18,12 +18,13 @@ modules that use them: :mod:`dms.jobs.enqueue` (``DEFAULT_MAX_ATTEMPTS``, ...),
 The modules by role: :mod:`~dms.jobs.enqueue`, :mod:`~dms.jobs.claims` and
 :mod:`~dms.jobs.pipeline` (claiming), :mod:`~dms.jobs.settlement` (complete, fail, heartbeat,
 release), :mod:`~dms.jobs.admin` (dead letter, inspection, housekeeping),
-:mod:`~dms.jobs.schedules` (periodic jobs) and :mod:`~dms.jobs.presence` (running workers) hold
-the public functions; :mod:`~dms.jobs._statements` every SQL statement;
-:mod:`~dms.jobs.validation` the checks made before any SQL; :mod:`~dms.jobs._rows` the one way
-rows become a :class:`Job`. A module whose name starts with an underscore (``_statements``,
-``_rows``, ``_wire``, ``_ids``, ``_failures``, ``_translation``) is internal: its names may
-change in any release; the rest is the package's API.
+:mod:`~dms.jobs.schedules` (periodic jobs), :mod:`~dms.jobs.limits` (per-tenant limits) and
+:mod:`~dms.jobs.presence` (running workers) hold the public functions;
+:mod:`~dms.jobs._statements` every SQL statement; :mod:`~dms.jobs.validation` the checks made
+before any SQL; :mod:`~dms.jobs._rows` the one way rows become a :class:`Job`. A module whose
+name starts with an underscore (``_statements``, ``_rows``, ``_wire``, ``_ids``, ``_failures``,
+``_translation``) is internal: its names may change in any release; the rest is the package's
+API.
 """
 
 from dms.jobs.admin import (
@@ -42,6 +43,7 @@ from dms.jobs.app import App
 from dms.jobs.backoff import Backoff
 from dms.jobs.claims import dequeue, reclaim_expired
 from dms.jobs.enqueue import Enqueued, NewJob, enqueue, enqueue_many
+from dms.jobs.limits import Limit, LimitState, list_limits, remove_limit, set_limit
 from dms.jobs.model import Job, JobState, PruneResult, QueueStats, StateCount
 from dms.jobs.pipeline import claim_batch
 from dms.jobs.presence import LiveWorker, live_workers
@@ -65,6 +67,8 @@ __all__ = [
     "Handler",
     "Job",
     "JobState",
+    "Limit",
+    "LimitState",
     "LiveWorker",
     "NewJob",
     "PruneResult",
@@ -88,15 +92,18 @@ __all__ = [
     "get",
     "heartbeat",
     "list_jobs",
+    "list_limits",
     "list_schedules",
     "live_workers",
     "prune",
     "reclaim_expired",
     "register_schedules",
     "release",
+    "remove_limit",
     "remove_schedule",
     "requeue_dead_letter",
     "requeue_dead_letters",
+    "set_limit",
     "stats",
     "tick_schedules",
 ]

@@ -7,7 +7,7 @@ A row read with every column (:func:`job_of_row`) and a row of a claim's documen
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Row
 
@@ -16,11 +16,29 @@ from dms.jobs.backoff import Backoff
 from dms.jobs.model import Job, JobState
 
 
+class Claimed(NamedTuple):
+    """What a claim's document says: the jobs claimed, and what it saw of limits.
+
+    ``limited``: the claim walked a tenant with limits (:mod:`dms.jobs.limits`), so it may
+    have taken fewer jobs than it could because of them, not because the queue ran dry.
+    ``limits``: some tenant has limits, so the next claim is to take their locks and keep them.
+    """
+
+    jobs: list[Job]
+    limited: bool
+    limits: bool
+
+
 def claimed_jobs(document: str | None, worker_id: str) -> list[Job]:
     """The jobs of a claim's document (:func:`claim_document`), in queue order."""
+    return read_claim(document, worker_id).jobs
+
+
+def read_claim(document: str | None, worker_id: str) -> Claimed:
+    """A claim's document (:func:`claim_document`): its jobs in queue order, and the flag."""
     if document is None:
-        return []
-    started, lease_end, rows = wire.decode(document)
+        return Claimed([], limited=False, limits=False)
+    started, lease_end, rows, limited, limits = wire.decode(document)
     timestamps = wire.Timestamps()
     started_at, lease_expires_at = timestamps(started), timestamps(lease_end)
     claimed = [
@@ -29,7 +47,8 @@ def claimed_jobs(document: str | None, worker_id: str) -> list[Job]:
     # UPDATE ... RETURNING returns rows in no particular order; callers run them in queue order.
     # PostgreSQL orders UUIDs by their bytes, that is by their integer value (compared in C,
     # unlike UUID objects).
-    return sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id.int))
+    jobs = sorted(claimed, key=lambda job: (job.priority, job.run_at, job.id.int))
+    return Claimed(jobs, limited=bool(limited), limits=bool(limits))
 
 
 def _claimed_job(

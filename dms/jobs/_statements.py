@@ -28,6 +28,7 @@ from sqlalchemy.types import TypeEngine
 from dms.jobs import _wire as wire
 from dms.jobs.model import CANCELLABLE_STATES, JobState
 from dms.jobs.tables import job_idempotency_keys as ledger
+from dms.jobs.tables import job_limits as limits
 from dms.jobs.tables import job_schedules, job_workers
 from dms.jobs.tables import processing_jobs as jobs
 from dms.schema.recordsets import recordset
@@ -128,15 +129,16 @@ def new_rows(batch: sa.FromClause) -> sa.Select[Any]:
 
 @functools.cache
 def claimer_settings_statement() -> sa.Executable:
-    """For this transaction: ``enable_sort`` off, and commit without waiting for the WAL flush.
+    """For this transaction: ``enable_sort`` and ``jit`` off, commit without waiting for WAL.
 
-    ``enable_sort``: see :func:`queue_order_statement`. Asynchronous commit is safe for a claim
-    alone: a claim lost in a server crash leaves its jobs ``queued`` (claimed again, no attempt
-    counted), and the claimant's fenced acknowledgement then matches nothing; PostgreSQL flushes
-    WAL in order, so any later durable commit (a completion) makes the claim durable first.
+    ``enable_sort`` and ``jit``: see :func:`queue_order_statement`. Asynchronous commit is safe
+    for a claim alone: a claim lost in a server crash leaves its jobs ``queued`` (claimed again,
+    no attempt counted), and the claimant's fenced acknowledgement then matches nothing;
+    PostgreSQL flushes WAL in order, so any later durable commit (a completion) makes the claim
+    durable first.
     """
     return sa.select(
-        sa.func.set_config("enable_sort", "off", sa.true()),
+        *_queue_order_settings(),
         sa.func.set_config("synchronous_commit", "off", sa.true()),
     )
 
@@ -158,13 +160,16 @@ CLAIMED_COLUMNS = (
 )
 
 
-def claim_document(claimed: sa.CTE) -> sa.Select[Any]:
+def claim_document(
+    claimed: sa.CTE, limited_walked: sa.ColumnElement[bool], limits_exist: sa.ColumnElement[bool]
+) -> sa.Select[Any]:
     """The claim as one document (see :mod:`dms.jobs._wire`), read by :func:`_claim`.
 
-    ``[started_at, lease_expires_at, rows]``: ``started_at`` and ``lease_expires_at`` are the
-    claim's (``now()`` is the transaction's start, so every claimed row has these two). A row
-    holds every other column of the job but those the claimant knows (``state``, ``locked_by``,
-    ``finished_at``).
+    ``[started_at, lease_expires_at, rows, limited, limits]``: ``started_at`` and
+    ``lease_expires_at`` are the claim's (``now()`` is the transaction's start, so every claimed
+    row has these two). A row holds every other column of the job but those the claimant knows
+    (``state``, ``locked_by``, ``finished_at``). ``limited``: whether the claim walked a tenant
+    with limits; ``limits``: whether any tenant has limits.
     """
     rows = wire.rows(
         *(
@@ -175,7 +180,9 @@ def claim_document(claimed: sa.CTE) -> sa.Select[Any]:
         )
     )
     started_at, lease_expires_at = lease_stamps()
-    document = wire.document(wire.seconds(started_at), wire.seconds(lease_expires_at), rows)
+    document = wire.document(
+        wire.seconds(started_at), wire.seconds(lease_expires_at), rows, limited_walked, limits_exist
+    )
     return sa.select(document.label("document")).select_from(claimed)
 
 
@@ -184,31 +191,47 @@ def lease_stamps() -> tuple[sa.ColumnElement[datetime], sa.ColumnElement[datetim
     return sa.func.now(), sa.func.now() + sa.bindparam("lease", type_=sa.Interval)
 
 
+def _queue_order_settings() -> tuple[sa.ColumnElement[str], ...]:
+    return (
+        sa.func.set_config("enable_sort", "off", sa.true()),
+        sa.func.set_config("jit", "off", sa.true()),
+    )
+
+
 @functools.cache
 def queue_order_statement() -> sa.Executable:
-    """``SET LOCAL enable_sort = off``, returning the previous value.
+    """``SET LOCAL enable_sort = off, jit = off``, returning the previous values.
 
-    A materialized CTE reads the previous value before the change. The claim's only sort-free
+    A materialized CTE reads the previous values before the change. The claim's only sort-free
     plan is the ordered scan of ``ix_processing_jobs_claim`` that stops after ``limit`` rows.
     With statistics taken while the queue was nearly empty (a fresh table, or a burst of jobs
     since the last ANALYZE) the planner otherwise picks a bitmap scan and sorts every queued row
     on each claim: 13 ms instead of 0.1 ms for 20,000 queued jobs, measured.
     ``set_config(..., is_local => true)`` ends with the transaction, so it leaves no session
     state (PgBouncer in transaction mode is fine).
+
+    ``jit`` off: the per-kind limits of a claim sort its few rows (a window function), and with
+    sorts disabled that sort costs the planner's "disabled" penalty, far above
+    ``jit_above_cost``: compiling the claim then took 0.9 s, measured, for a 1 ms statement.
     """
     previous = (
-        sa.select(sa.func.current_setting("enable_sort").label("value"))
+        sa.select(
+            sa.func.current_setting("enable_sort").label("enable_sort"),
+            sa.func.current_setting("jit").label("jit"),
+        )
         .cte("previous")
         .prefix_with("MATERIALIZED")
     )
-    return sa.select(previous.c.value, sa.func.set_config("enable_sort", "off", sa.true()))
+    return sa.select(previous.c.enable_sort, previous.c.jit, *_queue_order_settings())
 
 
 @functools.cache
 def restore_order_statement() -> sa.Executable:
-    """Set ``enable_sort`` back to ``:value`` for the rest of the transaction."""
-    value = sa.bindparam("value", type_=sa.Text)
-    return sa.select(sa.func.set_config("enable_sort", value, sa.true()))
+    """Set ``enable_sort`` and ``jit`` back to ``:enable_sort``, ``:jit`` for the transaction."""
+    return sa.select(
+        sa.func.set_config("enable_sort", sa.bindparam("enable_sort", type_=sa.Text), sa.true()),
+        sa.func.set_config("jit", sa.bindparam("jit", type_=sa.Text), sa.true()),
+    )
 
 
 def any_of(ids: sa.ScalarSelect[Any]) -> sa.ColumnElement[Any]:
@@ -297,10 +320,10 @@ def release_unheld_statement() -> sa.Executable:
 
 
 @functools.cache
-def claim_statement(filtered: bool) -> sa.Executable:
+def claim_statement(filtered: bool, limited: bool = True) -> sa.Executable:
     """Claim up to ``:limit`` queued jobs, shared between tenants, and return them as one document.
 
-    Fair between tenants, in one statement:
+    Fair between tenants and within their limits, in one statement:
 
     1. **walk** the tenants that have runnable jobs, in name order after ``:after_tenant`` and
        on from the first one past the last, at most ``:tenants`` of them (:func:`_walk`): a
@@ -308,19 +331,24 @@ def claim_statement(filtered: bool) -> sa.Executable:
        tenant, whatever each one's backlog;
     2. **share**: from each tenant walked, its first ``ceil(:limit / tenants walked)`` runnable
        jobs in its own order (``priority``, then ``run_at``), ``FOR UPDATE SKIP LOCKED`` in a
-       lateral subquery on the same index, at most ``:limit`` in all;
+       lateral subquery on the same index, at most ``:limit`` in all; a tenant with limits
+       (``dms.job_limits``) gets no more than they allow now (:func:`_allowances`), and nothing
+       unless :func:`lock_limits_statement` took its lock earlier in the transaction;
     3. **claim** them: ``UPDATE ... WHERE id = ANY(ARRAY(...)) RETURNING``, primary-key lookups
        whatever the statistics say (joined with the table instead, a claim of 500 jobs was
-       planned as a hash join over a sequential scan of the whole table).
+       planned as a hash join over a sequential scan of the whole table), and spend the rate
+       limits' tokens.
 
     A tenant with 200,000 jobs and one with a single job each get half of a claim; alone, a
     tenant gets all of it. The caller passes the last tenant of a full walk as the next
     ``:after_tenant`` (:func:`dms.jobs.claims.next_after`), so with more tenants than one walk
     visits, the claims go round all of them. Priority orders jobs within a tenant, not between
     tenants. No expired-lease branch (see :func:`reclaim_expired`).
+
+    The document (:func:`claim_document`) says too whether a limited tenant was walked: then
+    the claim may have been held back by a limit rather than by an empty queue.
     """
     ready = _ready(jobs, filtered)
-    queue_order = (jobs.c.priority, jobs.c.run_at, jobs.c.id)
     after = sa.bindparam("after_tenant", type_=sa.Text)
     walk = _walk(filtered, after)
     visited = (
@@ -334,15 +362,23 @@ def claim_statement(filtered: bool) -> sa.Executable:
         .select_from(visited)
         .scalar_subquery()
     )
-    own = (
-        sa.select(jobs.c.id)
-        .where(jobs.c.tenant == visited.c.tenant, ready)
-        .order_by(*queue_order)
-        .limit(share)
-        .with_for_update(skip_locked=True)
-        .lateral("own")
+    is_limited = sa.exists().where(limits.c.tenant == visited.c.tenant).correlate_except(limits)
+    own = sa.select(jobs.c.id, jobs.c.kind, jobs.c.priority, jobs.c.run_at).where(
+        jobs.c.tenant == visited.c.tenant, ready
     )
-    picked = sa.select(own.c.id).select_from(visited.join(own, sa.true())).limit(limit)
+    if limited:
+        held = _held_limits()
+        allowances = _allowances(held)
+        own = own.where(_not_spent(jobs.c.kind, _spent_kinds(allowances, visited.c.tenant)))
+        most = _tenant_share(visited.c.tenant, share, held, allowances)
+    else:  # none of a limited tenant's jobs: only a claim that took its lock may count them
+        most = sa.case((is_limited, 0), else_=share)
+    taken = own.order_by(*_QUEUE_ORDER).limit(most).with_for_update(skip_locked=True).lateral("own")
+    picked = (
+        _within_kind_limits(visited, taken, allowances, limit)
+        if limited
+        else sa.select(taken.c.id).select_from(visited.join(taken, sa.true())).limit(limit)
+    )
     started_at, lease_expires_at = lease_stamps()
     claimed = (
         sa.update(jobs)
@@ -357,7 +393,215 @@ def claim_statement(filtered: bool) -> sa.Executable:
         .returning(*CLAIMED_COLUMNS)
         .cte("claimed")
     )
-    return claim_document(claimed)
+    limited_walked = sa.exists().where(
+        limits.c.tenant == sa.any_(sa.func.array(sa.select(visited.c.tenant).scalar_subquery()))
+    )
+    document = claim_document(claimed, limited_walked, sa.exists(sa.select(limits.c.tenant)))
+    return document.add_cte(_spend_tokens(claimed)) if limited else document
+
+
+_QUEUE_ORDER = (jobs.c.priority, jobs.c.run_at, jobs.c.id)
+
+
+# --- limits in the claim (dms.jobs.limits) ----------------------------------------------------
+
+#: The transaction-local setting through which :func:`lock_limits_statement` tells the claim
+#: after it which limited tenants' locks it holds.
+HELD_LIMITS_SETTING = "dms.claim_held_limits"
+#: The first key of the advisory locks that serialise claims of a limited tenant.
+_LIMITS_LOCK = "dms.job_limits"
+
+
+@functools.cache
+def lock_limits_statement(filtered: bool) -> sa.Executable:
+    """Lock the limited tenants that have runnable jobs, those no other claim holds.
+
+    A transaction-level advisory lock per tenant, taken with ``pg_try_advisory_xact_lock`` (a
+    tenant another claim holds is skipped, never waited for), and the tenants held written to
+    :data:`HELD_LIMITS_SETTING` for :func:`claim_statement`. It must be a statement of its
+    own, before the claim: at READ COMMITTED the claim's snapshot is then taken after the lock,
+    so it counts every job the previous holder claimed and committed. A tenant's claims are
+    serialised this way, nobody else's.
+    """
+    later = jobs.alias("runnable")
+    limited = (
+        sa.select(limits.c.tenant)
+        .distinct()
+        .where(sa.exists().where(later.c.tenant == limits.c.tenant, _ready(later, filtered)))
+        .cte("limited")
+        .prefix_with("MATERIALIZED")  # the lock below runs once per tenant, never pushed down
+    )
+    locked = (
+        sa.select(limited.c.tenant)
+        .where(
+            sa.func.pg_try_advisory_xact_lock(
+                sa.func.hashtext(_LIMITS_LOCK), sa.func.hashtext(limited.c.tenant)
+            )
+        )
+        .subquery("locked")
+    )
+    tenants = sa.func.coalesce(sa.cast(sa.func.array_agg(locked.c.tenant), sa.Text), "{}")
+    return sa.select(sa.func.set_config(HELD_LIMITS_SETTING, tenants, sa.true())).select_from(
+        locked
+    )
+
+
+def _held_limits() -> sa.ColumnElement[Any]:
+    """The tenants :func:`lock_limits_statement` locked in this transaction, as ``text[]``.
+
+    ``current_setting(..., missing_ok)`` is ``NULL`` in a session that never set it and ``''``
+    after a transaction that did: both are none.
+    """
+    setting = sa.func.current_setting(HELD_LIMITS_SETTING, sa.true())
+    return sa.cast(sa.func.coalesce(sa.func.nullif(setting, ""), "{}"), ARRAY(sa.Text))
+
+
+def available_tokens(limit: sa.FromClause) -> sa.ColumnElement[float]:
+    """A rate limit's tokens now: refilled at ``per_second`` since ``tokens_at``, up to a second's.
+
+    A second's worth, at least one job: ``per_second = 0.5`` starts one job every two seconds,
+    ``per_second = 100`` up to 100 at once after a quiet second. ``statement_timestamp()``,
+    not ``now()``: a claim's transaction may have begun before the previous holder of the
+    tenant's lock spent its tokens.
+    """
+    elapsed = sa.func.greatest(
+        0.0, sa.func.date_part("epoch", sa.func.statement_timestamp() - limit.c.tokens_at)
+    )
+    return sa.func.least(
+        sa.func.greatest(1.0, limit.c.per_second),
+        limit.c.tokens + limit.c.per_second * elapsed,
+    )
+
+
+def _allowances(held: sa.ColumnElement[Any]) -> sa.CTE:
+    """How many more jobs each limit of a held tenant lets start now (``NULL``: no limit).
+
+    The lesser of ``max_running`` less the jobs running (of the tenant, or of the tenant's
+    kind) and the whole tokens of the rate limit. One scan of the running rows
+    (``ix_processing_jobs_lease``), only for the held tenants.
+    """
+    running = jobs.alias("running")
+    counted = (
+        sa.select(sa.func.count())
+        .where(
+            running.c.state == JobState.RUNNING.value,
+            running.c.tenant == limits.c.tenant,
+            sa.or_(limits.c.kind == "", running.c.kind == limits.c.kind),
+        )
+        .scalar_subquery()
+    )
+    by_running = sa.case(
+        (limits.c.max_running.is_not(None), limits.c.max_running - counted), else_=None
+    )
+    by_rate = sa.case(
+        (limits.c.per_second.is_not(None), sa.func.floor(available_tokens(limits))), else_=None
+    )
+    return (
+        sa.select(
+            limits.c.tenant,
+            limits.c.kind,
+            sa.cast(sa.func.least(by_running, by_rate), sa.Integer).label("allowed"),
+        )
+        .where(limits.c.tenant == sa.any_(held))
+        .cte("allowances")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _tenant_share(
+    tenant: sa.ColumnElement[str],
+    share: sa.ScalarSelect[int],
+    held: sa.ColumnElement[Any],
+    allowances: sa.CTE,
+) -> sa.ColumnElement[int]:
+    """How many jobs the claim takes of ``tenant`` at most: its share, within its limits."""
+    # Correlated with the walk two levels up, as in _walk: SQLAlchemy looks one level up only.
+    limited = sa.exists().where(limits.c.tenant == tenant).correlate_except(limits)
+    whole = (
+        sa.select(allowances.c.allowed)
+        .where(allowances.c.tenant == tenant, allowances.c.kind == "")
+        .correlate_except(allowances)
+        .scalar_subquery()
+    )
+    return sa.case(
+        (~limited, share),
+        (sa.not_(tenant == sa.any_(held)), 0),  # another claim holds it, or it is new: not now
+        else_=sa.func.greatest(0, sa.func.least(share, sa.func.coalesce(whole, share))),
+    )
+
+
+def _spent_kinds(allowances: sa.CTE, tenant: sa.ColumnElement[str]) -> sa.ColumnElement[Any]:
+    """The kinds of ``tenant`` whose limit lets none start now: the claim skips their jobs."""
+    spent = (
+        sa.select(allowances.c.kind)
+        .where(allowances.c.tenant == tenant, allowances.c.kind != "", allowances.c.allowed <= 0)
+        .correlate_except(allowances)
+    )
+    return sa.func.array(spent.scalar_subquery())
+
+
+def _not_spent(kind: sa.ColumnElement[str], spent: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    """``kind`` is none of ``spent``, written so that the planner cannot read it.
+
+    As ``kind <> ALL(spent)``, the planner estimates from the column's statistics: with one
+    kind queued, no row at all, and it sorts every queued row of the tenant instead of reading
+    the queue index in order. A ``CASE`` gets a neutral guess.
+    """
+    return sa.case((sa.func.cardinality(spent) == 0, sa.true()), else_=kind != sa.all_(spent))
+
+
+def _within_kind_limits(
+    visited: sa.CTE, own: sa.FromClause, allowances: sa.CTE, limit: sa.BindParameter[int]
+) -> sa.Select[Any]:
+    """The ids of the jobs taken, with no more of a limited kind than its allowance."""
+    taken = (
+        sa.select(
+            own.c.id,
+            visited.c.tenant,
+            own.c.kind,
+            sa.func.row_number()
+            .over(
+                partition_by=(visited.c.tenant, own.c.kind),
+                order_by=(own.c.priority, own.c.run_at, own.c.id),
+            )
+            .label("nth"),
+        )
+        .select_from(visited.join(own, sa.true()))
+        .subquery("taken")
+    )
+    return (
+        sa.select(taken.c.id)
+        .select_from(
+            taken.outerjoin(
+                allowances,
+                sa.and_(allowances.c.tenant == taken.c.tenant, allowances.c.kind == taken.c.kind),
+            )
+        )
+        .where(sa.or_(allowances.c.allowed.is_(None), taken.c.nth <= allowances.c.allowed))
+        .limit(limit)
+    )
+
+
+def _spend_tokens(claimed: sa.CTE) -> sa.CTE:
+    """Take the claimed jobs out of their tenants' rate limits (rows of tenants claimed from)."""
+    spent = (
+        sa.select(sa.func.count())
+        .where(
+            claimed.c.tenant == limits.c.tenant,
+            sa.or_(limits.c.kind == "", claimed.c.kind == limits.c.kind),
+        )
+        .scalar_subquery()
+    )
+    return (
+        sa.update(limits)
+        .where(
+            limits.c.per_second.is_not(None),
+            limits.c.tenant
+            == sa.any_(sa.func.array(sa.select(claimed.c.tenant).scalar_subquery())),
+        )
+        .values(tokens=available_tokens(limits) - spent, tokens_at=sa.func.statement_timestamp())
+        .cte("spent")
+    )
 
 
 def _walk(filtered: bool, after: sa.BindParameter[str]) -> sa.CTE:
@@ -821,3 +1065,55 @@ def live_workers_statement() -> sa.Select[Any]:
         .where(job_workers.c.seen_at >= sa.func.now() - sa.bindparam("within", type_=sa.Interval))
         .order_by(job_workers.c.name)
     )
+
+
+# --- limits (dms.jobs.limits) -----------------------------------------------------------------
+
+
+def set_limit_statement() -> sa.Executable:
+    """Insert or replace the limit ``(:tenant, :kind)``, its rate limit's tokens full."""
+    stmt = insert(limits).values(
+        tenant=sa.bindparam("tenant"),
+        kind=sa.bindparam("kind"),
+        max_running=sa.bindparam("max_running", type_=sa.Integer),
+        per_second=sa.bindparam("per_second", type_=sa.Float),
+        tokens=sa.func.greatest(1.0, sa.func.coalesce(sa.bindparam("per_second"), 0.0)),
+    )
+    new = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[limits.c.tenant, limits.c.kind],
+        set_={
+            "max_running": new.max_running,
+            "per_second": new.per_second,
+            "tokens": new.tokens,
+            "tokens_at": sa.func.now(),
+            "updated_at": sa.func.now(),
+        },
+    )
+
+
+def remove_limit_statement() -> sa.Executable:
+    """Delete the limit ``(:tenant, :kind)``; returns its tenant if there was one."""
+    return (
+        sa.delete(limits)
+        .where(limits.c.tenant == sa.bindparam("tenant"), limits.c.kind == sa.bindparam("kind"))
+        .returning(limits.c.tenant)
+    )
+
+
+def list_limits_statement(tenant: str | None) -> sa.Select[Any]:
+    """The limits (of ``tenant``), each with the jobs it counts running now, by tenant and kind."""
+    running = jobs.alias("running")
+    counted = (
+        sa.select(sa.func.count())
+        .where(
+            running.c.state == JobState.RUNNING.value,
+            running.c.tenant == limits.c.tenant,
+            sa.or_(limits.c.kind == "", running.c.kind == limits.c.kind),
+        )
+        .scalar_subquery()
+    )
+    query = sa.select(limits, counted.label("running")).order_by(limits.c.tenant, limits.c.kind)
+    if tenant is not None:
+        query = query.where(limits.c.tenant == sa.bindparam("tenant"))
+    return query

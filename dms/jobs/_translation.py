@@ -14,6 +14,7 @@ TENANT_FOREIGN_KEYS = frozenset(
         "fk_processing_jobs_tenant_tenants",
         "fk_job_idempotency_keys_tenant_tenants",
         "fk_job_schedules_tenant_tenants",
+        "fk_job_limits_tenant_tenants",
     }
 )
 #: The CHECKs that name states: when one refuses a state this code knows, the table is older.

@@ -20,6 +20,7 @@ from dms.errors import ValidationError
 from dms.jobs._rows import claimed_jobs, job_of_row
 from dms.jobs._statements import (
     claim_statement,
+    lock_limits_statement,
     queue_order_statement,
     reclaim_statement,
     release_unheld_statement,
@@ -66,14 +67,16 @@ def dequeue(
     expired (their worker died) are taken over by this claim: such a reclaim counts as an
     attempt, and a job whose lease expired on its last attempt goes to ``dead`` instead. That is
     a second, cheap statement (an index scan of the running rows); a caller that reclaims on its
-    own schedule, as :class:`~dms.jobs.Worker` does, passes ``reclaim=False`` and claims in one
-    statement, whose text depends only on whether ``kinds`` is given (so it is prepared once per
-    connection).
+    own schedule, as :class:`~dms.jobs.Worker` does, passes ``reclaim=False`` and claims in two
+    statements (the limited tenants' locks, then the claim), whose text depends only on whether
+    ``kinds`` is given (so they are prepared once per connection).
 
-    In a transaction, the claim runs with ``enable_sort`` off (restored afterwards), so that it
-    always walks the queue index in order and stops after ``limit`` rows, whatever the table's
-    statistics say (two more round trips); on an autocommit connection the setting would not
-    last until the claim, so the planner decides alone.
+    In a transaction, the claim runs with ``enable_sort`` and ``jit`` off (restored
+    afterwards), so that it always walks the queue index in order and stops after ``limit``
+    rows, whatever the table's statistics say (two more round trips). On an autocommit
+    connection the settings would not last until the claim, so the planner decides alone, and
+    tenants with limits (:mod:`dms.jobs.limits`) are left out of the claim: their locks would
+    end with the statement that took them.
     """
     require_claim(worker_id, kinds, limit, lease)
     check_flag("reclaim", reclaim)
@@ -85,16 +88,19 @@ def dequeue(
     params = claim_params(worker_id, kinds, limit, lease, after_tenant)
     if _autocommit(conn):
         return _claim(conn, worker_id, params)
-    previous = conn.execute(queue_order_statement()).scalar_one()
+    enable_sort, jit = conn.execute(queue_order_statement()).one()[:2]
     try:
         return _claim(conn, worker_id, params)
     finally:
-        if previous != "off":
-            conn.execute(restore_order_statement(), {"value": previous})
+        if (enable_sort, jit) != ("off", "off"):
+            conn.execute(restore_order_statement(), {"enable_sort": enable_sort, "jit": jit})
 
 
 def _claim(conn: Connection, worker_id: str, params: dict[str, Any]) -> list[Job]:
-    document = conn.execute(claim_statement("kinds" in params), params).scalar_one()
+    filtered = "kinds" in params
+    # Its own statement: the claim's snapshot must be taken after the locks.
+    conn.execute(lock_limits_statement(filtered), params)
+    document = conn.execute(claim_statement(filtered), params).scalar_one()
     return claimed_jobs(document, worker_id)
 
 

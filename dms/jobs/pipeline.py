@@ -16,8 +16,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms.errors import ValidationError
-from dms.jobs._rows import claimed_jobs
-from dms.jobs._statements import claim_statement, claimer_settings_statement
+from dms.jobs._rows import Claimed, read_claim
+from dms.jobs._statements import (
+    claim_statement,
+    claimer_settings_statement,
+    lock_limits_statement,
+)
 from dms.jobs.claims import claim_params
 from dms.jobs.model import Job
 from dms.jobs.validation import require_claim
@@ -36,13 +40,38 @@ def claim_batch(
 
     ``after_tenant``: where the claim's walk of tenants starts (see :func:`dequeue`).
 
-    ``BEGIN``, the claimer's settings (see :func:`claimer_settings_statement`), the claim and
-    ``COMMIT`` go to the server together, in psycopg's pipeline mode: one round trip instead of
-    four (SQLAlchemy cannot pipeline, so they run on the driver connection under ``conn``,
-    compiled from the same Core statements). ``conn`` must not be in a transaction
+    ``BEGIN``, the claimer's settings (see :func:`claimer_settings_statement`), the locks of
+    limited tenants (:func:`lock_limits_statement`), the claim and ``COMMIT`` go to the server
+    together, in psycopg's pipeline mode: one round trip instead of five (SQLAlchemy cannot
+    pipeline, so they run on the driver connection under ``conn``, compiled from the same Core
+    statements). ``conn`` must not be in a transaction
     (:class:`~dms.errors.ValidationError` otherwise); it may be autocommit. Database errors
     are raised as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as ``conn.execute``
     raises them, and leave no transaction open: the connection stays usable unless it broke.
+    """
+    return claim_outcome(
+        conn, worker_id, kinds=kinds, limit=limit, lease=lease, after_tenant=after_tenant
+    ).jobs
+
+
+def claim_outcome(
+    conn: Connection,
+    worker_id: str,
+    *,
+    kinds: Collection[str] | None,
+    limit: int,
+    lease: timedelta,
+    after_tenant: str = "",
+    limits: bool = True,
+) -> Claimed:
+    """:func:`claim_batch`, also saying what the claim saw of limits (:class:`Claimed`).
+
+    ``limits=False`` leaves the tenants with limits out instead of locking them: no lock
+    statement, and a claim statement without the limits' arithmetic (a claim of no-op jobs
+    is that much faster). A claimer passes what the previous claim saw (``Claimed.limits``);
+    with ``limits=False`` a claim still never exceeds a limit, it only takes no job of a
+    limited tenant. A claimer that took fewer jobs than it asked for waits for new jobs; when a
+    limit may have held the claim back, it comes back sooner (:mod:`dms.jobs.worker._claimer`).
     """
     require_claim(worker_id, kinds, limit, lease)
     driver = conn.connection.driver_connection
@@ -52,7 +81,8 @@ def claim_batch(
         raise ValidationError("claim_batch runs its own transaction: call it outside one")
     params = claim_params(worker_id, kinds, limit, lease, after_tenant)
     settings = _compiled(claimer_settings_statement(), conn.dialect)
-    claim = _compiled(claim_statement(kinds is not None), conn.dialect)
+    lock = _compiled(lock_limits_statement(kinds is not None), conn.dialect) if limits else None
+    claim = _compiled(claim_statement(kinds is not None, limits), conn.dialect)
     autocommit = driver.autocommit
     cursor = driver.cursor()
     try:
@@ -63,6 +93,8 @@ def claim_batch(
         with driver.pipeline():
             driver.execute(_BEGIN)
             cursor.execute(settings.string, settings.construct_params())
+            if lock is not None:  # its own statement: the claim's snapshot comes after the locks
+                driver.execute(lock.string, lock.construct_params(params))
             cursor.execute(claim.string, claim.construct_params(params))
             driver.execute(_COMMIT)
         row = cursor.fetchone()
@@ -77,7 +109,7 @@ def claim_batch(
         cursor.close()
         if not driver.closed and driver.info.transaction_status == _IDLE:
             driver.autocommit = autocommit
-    return claimed_jobs(row[0] if row else None, worker_id)
+    return read_claim(row[0] if row else None, worker_id)
 
 
 _BEGIN = b"BEGIN"

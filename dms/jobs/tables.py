@@ -183,3 +183,30 @@ job_workers = sa.Table(
     sa.Column("seen_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
 )
 """Running workers and the kinds they handle (:mod:`dms.jobs.presence`)."""
+
+job_limits = sa.Table(
+    "job_limits",
+    metadata,
+    sa.Column(
+        "tenant",
+        sa.Text,
+        sa.ForeignKey("dms.tenants.slug", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    # '' for the tenant's jobs of every kind (a kind is never blank), else one kind's jobs.
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("max_running", sa.Integer),
+    sa.Column("per_second", sa.Float),
+    # The rate limit's token bucket: what was left at ``tokens_at``; claims refill it by
+    # ``per_second`` a second up to one second's worth (at least one job) and spend it.
+    sa.Column("tokens", sa.Float, nullable=False, server_default="0"),
+    sa.Column("tokens_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.Column("updated_at", _TIMESTAMP, nullable=False, server_default=sa.func.now()),
+    sa.CheckConstraint("length(kind) <= 200", name="kind_valid"),
+    sa.CheckConstraint(
+        "max_running IS NOT NULL OR per_second IS NOT NULL", name="limits_something"
+    ),
+    sa.CheckConstraint("max_running >= 0", name="max_running_valid"),
+    sa.CheckConstraint("per_second > 0 AND per_second <= 1000000", name="per_second_valid"),
+)
+"""Per-tenant limits on the jobs running and started per second (:mod:`dms.jobs.limits`)."""

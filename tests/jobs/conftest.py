@@ -83,3 +83,23 @@ def fresh_engine(engine: Engine) -> Iterator[Callable[..., Engine]]:
     yield make
     for e in made:
         e.dispose()
+
+
+@pytest.fixture
+def tenants(engine: Engine) -> Iterator[Callable[[int], list[str]]]:
+    """Register ``n`` tenants, named in order (``t000...``, ``t001...``); unregistered after."""
+    made: list[str] = []
+
+    def register(count: int) -> list[str]:
+        stem = uuid.uuid4().hex[:8]
+        names = [f"t{n:03d}{stem}" for n in range(count)]
+        with engine.begin() as conn:
+            for name in names:
+                tenancy.register(conn, name)
+        made.extend(names)
+        return names
+
+    yield register
+    with engine.begin() as conn:
+        for name in made:
+            tenancy.unregister(conn, name)  # its jobs go with it (ON DELETE CASCADE)

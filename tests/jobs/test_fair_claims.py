@@ -6,39 +6,18 @@ tenants are registry rows only (jobs need nothing more).
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from dms import jobs, tenancy
+from dms import jobs
 from dms.errors import ValidationError
 from dms.jobs.claims import CLAIM_TENANTS, next_after
 
 LONG_LEASE = timedelta(minutes=5)
-
-
-@pytest.fixture
-def tenants(engine: Engine) -> Iterator[Callable[[int], list[str]]]:
-    """Register ``n`` tenants, named in order (``t000...``, ``t001...``); unregistered after."""
-    made: list[str] = []
-
-    def register(count: int) -> list[str]:
-        stem = uuid.uuid4().hex[:8]
-        names = [f"t{n:03d}{stem}" for n in range(count)]
-        with engine.begin() as conn:
-            for name in names:
-                tenancy.register(conn, name)
-        made.extend(names)
-        return names
-
-    yield register
-    with engine.begin() as conn:
-        for name in made:
-            tenancy.unregister(conn, name)  # its jobs go with it (ON DELETE CASCADE)
 
 
 def _enqueue(engine: Engine, kind: str, tenant: str, count: int, **options: object) -> None:

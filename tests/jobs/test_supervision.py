@@ -23,7 +23,8 @@ from prometheus_client import generate_latest
 from sqlalchemy.engine import Engine
 
 from dms import jobs
-from dms.jobs.pipeline import claim_batch
+from dms.jobs._rows import Claimed
+from dms.jobs.pipeline import claim_outcome
 from dms.jobs.worker import JobUnitOfWork
 from dms.metrics import WorkerCollector, registry_for
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
@@ -228,15 +229,15 @@ def _losing_first_claim(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     the worker does not know it holds them. Returns the number of jobs each lost claim took."""
     lost: list[int] = []
 
-    def claim_then_lose(conn: sa.Connection, *args: object, **kwargs: object) -> list[jobs.Job]:
-        claimed = claim_batch(conn, *args, **kwargs)  # type: ignore[arg-type]
-        if lost or not claimed:
+    def claim_then_lose(conn: sa.Connection, *args: object, **kwargs: object) -> Claimed:
+        claimed = claim_outcome(conn, *args, **kwargs)  # type: ignore[arg-type]
+        if lost or not claimed.jobs:
             return claimed
-        lost.append(len(claimed))
+        lost.append(len(claimed.jobs))
         conn.invalidate()
         raise sa.exc.OperationalError("claim", {}, Exception("the connection is lost"))
 
-    monkeypatch.setattr("dms.jobs.worker._claimer.claim_batch", claim_then_lose)
+    monkeypatch.setattr("dms.jobs.worker._claimer.claim_outcome", claim_then_lose)
     return lost
 
 

@@ -29,9 +29,10 @@ from functools import partial
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from dms.jobs._rows import Claimed
 from dms.jobs.claims import next_after, reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
-from dms.jobs.pipeline import claim_batch
+from dms.jobs.pipeline import claim_outcome
 from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._session import HeldSession
 from dms.jobs.worker._wakeup import Wakeup
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 #: Seconds to wait before retrying after a database error, doubled up to this many times.
 RETRY_SECONDS = 0.2
 RETRY_DOUBLINGS = 5
+#: Seconds a claimer waits, at most, after a short claim that walked a tenant with limits: the
+#: limit may let more start soon (a job finished, tokens refilled), which no notification says.
+LIMITED_POLL_SECONDS = 0.05
 
 
 class Claimer:
@@ -68,6 +72,8 @@ class Claimer:
         self._kinds = tuple(kinds)
         # Where the next claim's walk of tenants starts: claims go round every tenant.
         self._after_tenant = ""
+        # Whether the last claim saw limits: then the next one takes the limited tenants' locks.
+        self._limits = True
         self._lease = lease
         self._ready = ready
         self._book = book
@@ -100,8 +106,9 @@ class Claimer:
         if limit == 0:
             return
         jobs: list[Job] = []
+        limited = False
         try:
-            jobs = self._claim(limit)
+            jobs, limited, _ = self._claim(limit)
         except sa.exc.DBAPIError as exc:
             self._book.suspect()
             self._failed("claim failed", exc)
@@ -110,8 +117,8 @@ class Claimer:
             for claim in self._book.claimed(jobs, reserved=limit):
                 self._ready.put(claim)
         self._failures = 0
-        if len(jobs) < limit:  # the queue is drained: sleep until told or polling
-            self._wakeup.wait(seen, self._poll_seconds)
+        if len(jobs) < limit:  # the queue is drained (or limited): sleep until told or polling
+            self._wakeup.wait(seen, self._poll_seconds if not limited else LIMITED_POLL_SECONDS)
 
     def _failed(self, what: str, exc: sa.exc.DBAPIError) -> None:
         """Log ``exc`` and wait longer after each failure in a row."""
@@ -143,32 +150,34 @@ class Claimer:
         with conn.begin():
             return release_unheld(conn, self._worker_id, held=held)
 
-    def _claim(self, limit: int) -> list[Job]:
+    def _claim(self, limit: int) -> Claimed:
         if time.monotonic() - self._last_reclaim >= self._reclaim_every:
             self._last_reclaim = time.monotonic()
             self._session.run(self._reclaim)
-        jobs = self._timed_claim(limit)
-        if not jobs and time.monotonic() - self._last_reclaim >= self._poll_seconds:
+        claimed = self._timed_claim(limit)
+        if not claimed.jobs and time.monotonic() - self._last_reclaim >= self._poll_seconds:
             self._last_reclaim = time.monotonic()
             if self._session.run(self._reclaim):
-                jobs = self._timed_claim(limit)  # jobs came back to the queue: claim them now
-        return jobs
+                claimed = self._timed_claim(limit)  # jobs came back to the queue: claim them now
+        return claimed
 
-    def _timed_claim(self, limit: int) -> list[Job]:
+    def _timed_claim(self, limit: int) -> Claimed:
         started = time.monotonic()
-        jobs = self._session.run(
-            lambda conn: claim_batch(
+        claimed = self._session.run(
+            lambda conn: claim_outcome(
                 conn,
                 self._worker_id,
                 kinds=self._kinds,
                 limit=limit,
                 lease=self._lease,
                 after_tenant=self._after_tenant,
+                limits=self._limits,
             )
         )
+        self._limits = claimed.limits
         self._book.round_trip(time.monotonic() - started)
-        self._after_tenant = next_after(jobs, limit, self._after_tenant)
-        return jobs
+        self._after_tenant = next_after(claimed.jobs, limit, self._after_tenant)
+        return claimed
 
     def _reclaim(self, conn: Connection) -> bool:
         """Take back expired leases of this worker's kinds; True if any job is queued again."""
