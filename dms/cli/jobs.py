@@ -1,7 +1,7 @@
 """``dms worker`` and ``dms jobs enqueue|show|list|cancel|stats|dead|requeue|prune``.
 
 The schedules' commands (``dms jobs schedules|schedule|unschedule``) are in
-:mod:`dms.cli.schedules`.
+:mod:`dms.cli.schedules`, the limits' (``dms jobs limits|limit|unlimit``) in :mod:`dms.cli.limits`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dms.cli.arguments import (
 )
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.health import metrics_module
+from dms.cli.limits import register as register_limits
 from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.cli.schedules import register as register_schedules
 from dms.health import require_migrated
@@ -82,6 +83,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     show.set_defaults(run=_show)
     _register_operations(job_commands)
     register_schedules(job_commands)
+    register_limits(job_commands)
     stats = job_commands.add_parser("stats", help="counts by tenant, kind and state")
     stats.add_argument("--kind", help="only jobs of this kind")
     stats.add_argument("--tenant", help="only jobs of this tenant")

@@ -153,7 +153,8 @@ def _require_max_running(value: object) -> None:
 
 def _require_per_second(value: object) -> None:
     number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
-    if number is None or not math.isfinite(number) or not 0 < number <= MAX_PER_SECOND:
+    # Compared before isfinite, which cannot take an int too large for a float.
+    if number is None or not 0 < number <= MAX_PER_SECOND or not math.isfinite(number):
         raise ValidationError(
             f"per_second must be a number above 0 and at most {MAX_PER_SECOND:,.0f}, "
             f"not {shown(value)}"

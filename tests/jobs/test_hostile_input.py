@@ -46,7 +46,7 @@ from dms.errors import (
 from dms.jobs._failures import error_text
 from dms.jobs.backoff import MAX_BACKOFF_SECONDS
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
-from dms.jobs.tables import job_idempotency_keys, job_schedules, processing_jobs
+from dms.jobs.tables import job_idempotency_keys, job_limits, job_schedules, processing_jobs
 from dms.jobs.validation import (
     MAX_KEY_RETENTION,
     MAX_NAME_CHARS,
@@ -168,7 +168,7 @@ class World:
 
 def snapshot(conn: Connection) -> tuple[tuple[Any, ...], ...]:
     """Row count and checksum of the queue's tables."""
-    return checksums(conn, (processing_jobs, job_idempotency_keys, job_schedules))
+    return checksums(conn, (processing_jobs, job_idempotency_keys, job_schedules, job_limits))
 
 
 def _claimed(conn: Connection, tenant: str, kind: str, **options: Any) -> jobs.Job:
@@ -400,6 +400,33 @@ def _scheduled(field: str) -> tuple[Call, ReadBack]:
     return call, read_back
 
 
+LIMIT_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "kind": st.one_of(TEXT, st.none()),
+    "max_running": st.one_of(COUNTS, st.none()),
+    "per_second": st.one_of(
+        SECONDS, st.sampled_from([1e-300, 0.5, 1_000_000, 1_000_000.5, float("nan")])
+    ),
+}
+
+
+def _limited(field: str) -> tuple[Call, ReadBack]:
+    """A limit with ``field`` drawn (and a concurrency limit), set; reads back that field."""
+
+    def call(conn: Connection, world: World, value: Any) -> object:
+        fields: dict[str, Any] = {"tenant": world.tenant, "max_running": 1, field: value}
+        limit = jobs.Limit(**fields)
+        jobs.set_limit(conn, limit)
+        return limit
+
+    def read_back(conn: Connection, world: World, value: Any, result: Any) -> tuple[object, object]:
+        (stored,) = [
+            s.limit for s in jobs.list_limits(conn, tenant=world.tenant) if s.limit == result
+        ]
+        return getattr(stored, field), value
+
+    return call, read_back
+
+
 def _batch(world: World) -> st.SearchStrategy[Any]:
     good = st.builds(
         jobs.NewJob, kind=st.just(world.kind), payload=st.just({}), tenant=st.just(world.tenant)
@@ -590,6 +617,42 @@ ENTRY_POINTS: list[EntryPoint] = [
         st.one_of(TEXT, ANYTHING),
         lambda conn, world, value: jobs.remove_schedule(conn, value),
         refusals=(*BEFORE_SQL, NotFound),
+    ),
+    *(
+        EntryPoint(f"Limit({field})", values, *_limited(field))
+        for field, values in LIMIT_FIELDS.items()
+    ),
+    EntryPoint(
+        "set_limit(limit)",
+        lambda world: st.one_of(
+            st.builds(
+                jobs.Limit,
+                tenant=st.one_of(
+                    st.just(world.tenant), st.from_regex(r"[a-z][a-z0-9_]{0,39}", fullmatch=True)
+                ),
+                per_second=st.just(2.0),
+            ),
+            ANYTHING,
+        ),
+        lambda conn, world, value: jobs.set_limit(conn, value),
+        refusals=(*BEFORE_SQL, TenantNotFound),
+    ),
+    EntryPoint(
+        "remove_limit(tenant)",
+        _tenants,
+        lambda conn, world, value: jobs.remove_limit(conn, value),
+        refusals=(*BEFORE_SQL, NotFound),
+    ),
+    EntryPoint(
+        "remove_limit(kind)",
+        st.one_of(TEXT, ANYTHING),
+        lambda conn, world, value: jobs.remove_limit(conn, world.tenant, kind=value),
+        refusals=(*BEFORE_SQL, NotFound),
+    ),
+    EntryPoint(
+        "list_limits(tenant)",
+        lambda world: st.one_of(_tenants(world), st.none()),
+        lambda conn, world, value: jobs.list_limits(conn, tenant=value),
     ),
     EntryPoint(
         "register_schedules(schedules)",
