@@ -5,8 +5,10 @@
 the test starts itself (never the shared one); (c) SIGKILL on random worker processes with
 one-second leases. Each test then checks every job's effect (a row written in the handler's
 unit of work) exactly once, none lost, none stuck ``running``, no runner lost (the workers'
-own stats), and that the worker still processes jobs afterwards; (b) and (c) also tick a
-schedule of every second under the faults, and check that every tick was enqueued once. Each
+own stats), and that the worker still processes jobs afterwards; the tenant is limited to
+:data:`LIMIT` jobs running at once, and no sample of the running jobs taken every 10 ms under
+the faults ever sees more; (b) and (c) also tick a schedule of every second under the faults,
+and check that every tick was enqueued once. Each
 prints one line of figures (``FAULTS ...``), the record of the issue's closing note. Bounded in
 time; no timing is asserted.
 """
@@ -51,6 +53,9 @@ HANDLER_SECONDS = 0.003
 MIN_STORM_SECONDS = 8.0
 #: A short lease, so that a job whose worker died is taken over within seconds.
 LEASE = timedelta(seconds=2)
+#: The most jobs of the test's tenant running at once: fewer than the workers' runners and
+#: claims ahead, so that the limit is what holds them back, faults or not.
+LIMIT = 3
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,38 @@ def _ticking(engine: Engine, tenant: str, kind: str) -> Iterator[list[datetime]]
             )
 
 
+@contextlib.contextmanager
+def _limited(engine: Engine, tenant: str, max_running: int) -> Iterator[list[int]]:
+    """``tenant`` limited to ``max_running`` jobs at once while the faults last; the list it
+    gives holds the running counts seen, sampled every 10 ms by a connection of its own (the
+    server may be down a while: those samples are missed, not failed)."""
+    with engine.begin() as conn:
+        jobs.set_limit(conn, jobs.Limit(tenant=tenant, max_running=max_running))
+    running = sa.select(sa.func.count()).where(
+        processing_jobs.c.tenant == tenant, processing_jobs.c.state == jobs.JobState.RUNNING.value
+    )
+    seen: list[int] = []
+
+    def sample() -> int:
+        with engine.connect() as conn:
+            seen.append(int(conn.scalar(running) or 0))
+        return 0
+
+    try:
+        with Storm(sample, every=0.01):
+            yield seen
+    finally:
+        with engine.begin() as conn:
+            jobs.remove_limit(conn, tenant)
+
+
+def _assert_limit_kept(seen: list[int], max_running: int) -> None:
+    """Never more than the limit ran, and the limit was reached: it was what held them."""
+    assert len(seen) > 10
+    assert max(seen) <= max_running
+    assert max(seen) == max_running
+
+
 def _assert_every_tick_once(ticks: list[datetime], *, at_least: int) -> None:
     """Every second from the first tick to the last enqueued once: none lost, none doubled."""
     gaps = [(a, b) for a, b in itertools.pairwise(ticks) if b - a != timedelta(seconds=1)]
@@ -226,7 +263,7 @@ def test_terminated_connections_lose_and_repeat_no_job(
     worker = jobs.Worker(
         worker_engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2
     )
-    with worker:
+    with _limited(engine, effects, LIMIT) as running, worker:
         with Storm(_terminator(engine, name), every=0.2) as storm:
             deadline = time.monotonic() + 20
             while _unfinished(engine, kind) and time.monotonic() < deadline:
@@ -235,9 +272,15 @@ def test_terminated_connections_lose_and_repeat_no_job(
         _still_works(engine, kind, effects)
         stats = worker.stats()
     outcome = _outcome(engine, effects, kind, ids, stats.runners - stats.runners_alive)
-    outcome.report("pg_terminate_backend", terminated=storm.blows, replaced=stats.runners_replaced)
+    outcome.report(
+        "pg_terminate_backend",
+        terminated=storm.blows,
+        replaced=stats.runners_replaced,
+        most_running=f"{max(running)}/{LIMIT}",
+    )
     assert storm.blows > 0
     _assert_exactly_once(outcome)
+    _assert_limit_kept(running, LIMIT)
 
 
 # --- (b) server restarts --------------------------------------------------------------------
@@ -266,7 +309,11 @@ def test_server_restarts_lose_and_repeat_no_job(
         effects_metadata.create_all(tenancy.route(conn, tenant))
     ids = _enqueue(engine, kind, tenant, 2000)
     worker = jobs.Worker(engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2)
-    with _ticking(engine, tenant, kind) as ticks, worker:
+    with (
+        _ticking(engine, tenant, kind) as ticks,
+        _limited(engine, tenant, LIMIT) as running,
+        worker,
+    ):
         wait_for(lambda: _unfinished(engine, kind) < 1800, timeout=SETTLE_SECONDS)
         restart("fast")
         wait_for(lambda: _unfinished(engine, kind) < 1000, timeout=SETTLE_SECONDS)
@@ -276,10 +323,14 @@ def test_server_restarts_lose_and_repeat_no_job(
         stats = worker.stats()
     outcome = _outcome(engine, tenant, kind, ids, stats.runners - stats.runners_alive)
     outcome.report(
-        "server restart (fast, immediate)", replaced=stats.runners_replaced, ticks=len(ticks)
+        "server restart (fast, immediate)",
+        replaced=stats.runners_replaced,
+        ticks=len(ticks),
+        most_running=f"{max(running)}/{LIMIT}",
     )
     _assert_exactly_once(outcome)
     _assert_every_tick_once(ticks, at_least=2)
+    _assert_limit_kept(running, LIMIT)
 
 
 # --- (c) SIGKILL ----------------------------------------------------------------------------
@@ -354,10 +405,17 @@ def test_killed_worker_processes_lose_and_repeat_no_job(
     engine: Engine, effects: str, kind: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, 2000)
-    with _ticking(engine, effects, kind) as ticks:
+    with _ticking(engine, effects, kind) as ticks, _limited(engine, effects, LIMIT) as running:
         kills, runners_lost = _kill_storm(engine, kind, effects)
     outcome = _outcome(engine, effects, kind, ids, runners_lost)
-    outcome.report("SIGKILL", kills=kills, processes=3, ticks=len(ticks))
+    outcome.report(
+        "SIGKILL",
+        kills=kills,
+        processes=3,
+        ticks=len(ticks),
+        most_running=f"{max(running)}/{LIMIT}",
+    )
     assert kills > 0
     _assert_exactly_once(outcome)
     _assert_every_tick_once(ticks, at_least=5)
+    _assert_limit_kept(running, LIMIT)
