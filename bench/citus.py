@@ -10,7 +10,7 @@ prints every figure with its ratio Citus / PostgreSQL:
 * ``fleet_status`` (on Citus it also reads where each tenant lives);
 * a unit of work that writes a document, alone and with a job enqueued in the same
   transaction (on Citus the tenant's node and the coordinator, where the queue lives), p50;
-* job processing at concurrency 8: ``Worker(concurrency=8)`` draining jobs spread over the
+* job processing at concurrency 8: ``DocumentWorker(concurrency=8)`` draining jobs spread over the
   fleet's first tenants, each handler reading its tenant (one statement on the tenant's node)
   in its unit of work;
 * on Citus, moving one tenant with its data to the other worker (``move_tenant``).
@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from bench.fleet import _scripts_with_additive_revision
-from dms import UnitOfWork, Worker, citus, jobs, migrations, placement, provisioning
+from dms import DocumentWorker, UnitOfWork, citus, jobs, migrations, placement, provisioning
 from dms.db import normalize_url
 from dms.migrations import Scripts
 from dms.testing import temporary_database
@@ -148,7 +148,7 @@ def _processing(engine: Engine, slugs: list[str], result: Engines) -> None:
             ],
         )
     started = time.perf_counter()
-    with Worker(engine, {kind: handler}, concurrency=CONCURRENCY, poll_seconds=0.05):
+    with DocumentWorker(engine, {kind: handler}, concurrency=CONCURRENCY, poll_seconds=0.05):
         while _left(engine, kind):
             time.sleep(0.05)
     took = time.perf_counter() - started

@@ -54,7 +54,7 @@ from dms.placement import move_tenant, tenant_nodes
 from dms.provisioning import create_tenant, create_tenants, drop_tenant, drop_tenants
 from dms.tenancy import Tenant, list_tenants
 from dms.uow import UnitOfWork
-from dms.worker import Worker
+from dms.worker import DocumentWorker
 
 __all__ = [
     "AlreadyExists",
@@ -65,6 +65,7 @@ __all__ = [
     "DmsError",
     "Document",
     "DocumentQuery",
+    "DocumentWorker",
     "FieldOption",
     "FieldType",
     "FleetInterrupted",
@@ -92,7 +93,6 @@ __all__ = [
     "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",
-    "Worker",
     "create_engine",
     "create_tenant",
     "create_tenants",

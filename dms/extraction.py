@@ -23,7 +23,7 @@ the bytes are not its format, and raises :class:`~dms.errors.UnreadableContent` 
 if they are but cannot be read; then register it ahead of the defaults::
 
     registry = DEFAULT_EXTRACTORS.with_extractor("ocr", ocr_text)
-    worker = dms.Worker(engine, processing.handlers(store, extractors=registry))
+    worker = dms.DocumentWorker(engine, processing.handlers(store, extractors=registry))
 
 Import its library inside the function (or guard the import), so that ``dms`` works without
 the extra installed.

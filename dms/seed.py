@@ -43,7 +43,7 @@ from dms.services import add_revision, create_document, define_field, search_doc
 from dms.storage import BlobStore, store_of
 from dms.uow import UnitOfWork
 from dms.users import create_user
-from dms.worker import Worker
+from dms.worker import DocumentWorker
 
 SEED_TENANTS = ("acme", "globex", "initech")
 SEED_USERS = (("alice@example.org", "Alice Example"), ("bob@example.org", "Bob Example"))
@@ -237,7 +237,7 @@ def run_demo(
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)
     started = time.monotonic()
-    with Worker(engine, handlers(blobs), concurrency=concurrency):
+    with DocumentWorker(engine, handlers(blobs), concurrency=concurrency):
         _wait_for_queue(engine, started + timeout_seconds)
     elapsed = time.monotonic() - started
     summary = "\n".join(

@@ -1,4 +1,4 @@
-"""The document layer's :class:`Worker`: handlers run in the tenant :class:`UnitOfWork`.
+"""The document layer's :class:`DocumentWorker`: handlers run in the tenant :class:`UnitOfWork`.
 
 :class:`dms.jobs.Worker` sits below the repositories and defaults to a bare
 :class:`~dms.jobs.worker.TenantTransaction`; this is the same worker one layer up, where the
@@ -15,7 +15,7 @@ from dms.jobs.worker import UnitOfWorkFactory
 from dms.uow import UnitOfWork
 
 
-class Worker(jobs.Worker[UnitOfWork]):
+class DocumentWorker(jobs.Worker[UnitOfWork]):
     """A :class:`dms.jobs.Worker` whose handlers get the job tenant's :class:`UnitOfWork`.
 
     ``handler(uow, job)`` reads and writes through ``uow.documents``, ``uow.metadata`` and

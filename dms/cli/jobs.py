@@ -35,7 +35,7 @@ from dms.health import require_migrated
 from dms.jobs import Job, JobState
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.model import CANCELLABLE_STATES
-from dms.worker import Worker
+from dms.worker import DocumentWorker
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -187,7 +187,7 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
         # Without its table a worker would retry its claims forever.
         require_migrated(conn)
     app = load_apps(args.app, ctx.store(args.blobs))
-    worker = Worker(
+    worker = DocumentWorker(
         engine,
         app.handlers,
         schedules=app.schedules,

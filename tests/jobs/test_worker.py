@@ -71,13 +71,14 @@ def test_worker_commits_the_handlers_writes_with_the_completion(
 
 @pytest.mark.parametrize(
     ("worker_class", "unit_class"),
-    [(dms.Worker, UnitOfWork), (jobs.Worker, TenantTransaction)],
-    ids=["dms.Worker", "dms.jobs.Worker"],
+    [(dms.DocumentWorker, UnitOfWork), (jobs.Worker, TenantTransaction)],
+    ids=["dms.DocumentWorker", "dms.jobs.Worker"],
 )
 def test_without_a_factory_handlers_get_their_layers_unit_of_work(
     engine: Engine, effects: str, kind: str, worker_class: type[jobs.Worker[Any]], unit_class: type
 ) -> None:
-    """dms.Worker gives the tenant UnitOfWork (repositories); dms.jobs.Worker a bare transaction."""
+    """dms.DocumentWorker gives the tenant UnitOfWork (repositories), dms.jobs.Worker a bare
+    transaction."""
     (job_id,) = _enqueue(engine, kind, effects)
     seen: list[object] = []
 

@@ -168,8 +168,8 @@ def test_a_handler_that_needs_a_unit_of_work_is_refused_by_a_worker_that_gives_n
     for handlers in ({"k": _needs_documents}, built_in):
         with pytest.raises(ValidationError, match="takes a UnitOfWork, and this worker gives"):
             Worker(NOWHERE, handlers)
-        dms.Worker(NOWHERE, handlers)  # the tenant's UnitOfWork: accepted
+        dms.DocumentWorker(NOWHERE, handlers)  # the tenant's UnitOfWork: accepted
         Worker(NOWHERE, handlers, unit_of_work=UnitOfWork.factory(NOWHERE))  # made as given
     for handler in (_noop, _takes_anything, _takes_a_job_unit, lambda uow, job: None):
         Worker(NOWHERE, {"k": handler})
-        dms.Worker(NOWHERE, {"k": handler})
+        dms.DocumentWorker(NOWHERE, {"k": handler})

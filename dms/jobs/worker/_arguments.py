@@ -123,7 +123,7 @@ def handlers_fit(handlers: Mapping[str, object], unit: type) -> None:
         if wanted is not None and not _is_subclass(unit, wanted):
             raise ValidationError(
                 f"the handler of job kind {kind!r} takes a {wanted.__name__}, and this worker "
-                f"gives each handler a {unit.__name__}: use dms.Worker (the tenant's "
+                f"gives each handler a {unit.__name__}: use dms.DocumentWorker (the tenant's "
                 "UnitOfWork), or pass unit_of_work= a factory of what the handler takes"
             )
 

@@ -65,7 +65,7 @@ class Worker(Generic[U]):
     ``backoff`` sets retry policies per kind (a job's own policy still wins).
     ``unit_of_work``: makes the unit of work each handler runs in, ``unit_of_work(tenant=...)``
     (default: :meth:`default_unit_of_work`, a :class:`~dms.jobs.worker.TenantTransaction`
-    here; ``dms.Worker`` runs handlers in the tenant ``UnitOfWork`` with its repositories).
+    here; ``dms.DocumentWorker`` runs handlers in the tenant ``UnitOfWork`` with its repositories).
     ``prefetch``: most jobs claimed ahead of the runners (default :data:`PREFETCH`). Within
     it, the worker claims ahead what its runners finish in a few claim round trips at their
     current pace, and at least one job per runner (:mod:`._window`): many short jobs get
@@ -167,7 +167,7 @@ class Worker(Generic[U]):
     def default_unit_of_work(cls, engine: Engine) -> UnitOfWorkFactory[U]:
         """The factory used when none is given: :class:`TenantTransaction` here.
 
-        ``dms.Worker`` (:mod:`dms.worker`) overrides it with the tenant ``UnitOfWork``.
+        ``dms.DocumentWorker`` (:mod:`dms.worker`) overrides it with the tenant ``UnitOfWork``.
         """
         return cast(UnitOfWorkFactory[U], TenantTransaction.factory(engine))
 
