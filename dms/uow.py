@@ -28,17 +28,15 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from types import TracebackType
 from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine, Transaction
+from sqlalchemy.engine import Connection, Engine
 
-from dms import citus, tenancy
+from dms import citus
 from dms.config import Settings, settings_of
 from dms.domain.audit import ACTOR_SETTING, CONTEXT_SETTING, WORKER, actor_setting, check_context
-from dms.domain.validation import check_optional_id, shown
-from dms.errors import ConfigurationError, DmsError
+from dms.domain.validation import check_optional_id
 from dms.repositories import (
     AuditRepository,
     DocumentRepository,
@@ -49,6 +47,7 @@ from dms.repositories import (
     TagRepository,
 )
 from dms.repositories._base import Repository
+from dms.transaction import TenantTransaction
 
 _R = TypeVar("_R", bound=Repository)
 #: What :meth:`UnitOfWork.factory` returns: ``make(tenant=...)``.
@@ -57,8 +56,12 @@ _Factory = Callable[..., "UnitOfWork"]
 log = logging.getLogger(__name__)
 
 
-class UnitOfWork:
-    """A tenant-routed transaction that rolls back unless :meth:`commit` is called."""
+class UnitOfWork(TenantTransaction):
+    """A tenant-routed transaction that rolls back unless :meth:`commit` is called.
+
+    A :class:`~dms.transaction.TenantTransaction` with the tenant's repositories, and who acts
+    named in every transaction it begins.
+    """
 
     def __init__(
         self,
@@ -81,20 +84,11 @@ class UnitOfWork:
         ``lazy``: take the connection only when it is first used, not at ``with`` (a job
         handler that never touches the database then costs no pool checkout).
         """
-        self.tenant = tenancy.validate_slug(tenant)
+        super().__init__(engine, tenant=tenant, settings=settings, lazy=lazy)
         self.user_id = check_optional_id("user", user_id)
         self.system = system
         self._actor = actor_setting(self.user_id, system)
         self._context = check_context(context)
-        if settings is not None and not isinstance(settings, Settings):
-            raise ConfigurationError(f"settings must be a dms.Settings, not {shown(settings)}")
-        self._engine = engine
-        self._settings = settings if settings is not None else settings_of(engine)
-        self._conn: Connection | None = None
-        self._transaction: Transaction | None = None
-        self._used = False
-        self._lazy = lazy
-        self._entered = False
         self._repositories: dict[type[Repository], Repository] = {}
 
     @classmethod
@@ -114,81 +108,12 @@ class UnitOfWork:
 
         return make
 
-    def __enter__(self) -> UnitOfWork:
-        """Open the connection and begin the transaction (``lazy``: at first use)."""
-        if self._used:
-            raise DmsError("a UnitOfWork is single-use; create a new one")
-        self._used = True
-        self._entered = True
-        if not self._lazy:
-            self._open()
-        return self
-
-    def _open(self) -> None:
-        conn = self._engine.connect()
-        self._conn = tenancy.route(conn, self.tenant, self._settings)
-        self._transaction = self._conn.begin()
+    def _began(self, conn: Connection) -> None:
         if self._actor is not None or self._context is not None:
-            _act_as(self._conn, self._actor, self._context)
+            _act_as(conn, self._actor, self._context)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Roll back whatever was not committed, and give the connection back.
-
-        When the block raised, a rollback that fails as well (its connection died, say) is
-        logged and the block's exception goes on: it is the cause, and the caller must see it.
-        """
-        try:
-            self._end()
-        except Exception:
-            if exc is None:
-                raise
-            log.warning(
-                "unit of work of tenant %r: rolling back after %s failed too",
-                self.tenant,
-                type(exc).__name__,
-                exc_info=True,
-            )
-
-    def _end(self) -> None:
-        try:
-            if self._transaction is not None and self._transaction.is_active:
-                self._transaction.rollback()
-        finally:
-            if self._conn is not None:
-                self._conn.close()
-            self._transaction = None
-            self._entered = False
-            self._repositories.clear()
-
-    @property
-    def opened(self) -> bool:
-        """Whether the connection was opened (a lazy unit opens it at first use)."""
-        return self._conn is not None
-
-    @property
-    def connection(self) -> Connection:
-        """The routed connection; only inside ``with``."""
-        if self._conn is None and self._entered:
-            self._open()
-        if self._conn is None or self._transaction is None:
-            raise DmsError("the UnitOfWork is not open: use it in a with block")
-        return self._conn
-
-    def commit(self) -> None:
-        """Commit everything done in this unit of work; it is closed for writes afterwards."""
-        if self._transaction is None or not self._transaction.is_active:
-            raise DmsError("nothing to commit: the UnitOfWork is not open")
-        self._transaction.commit()
-
-    def rollback(self) -> None:
-        """Throw away everything done in this unit of work."""
-        if self._transaction is not None and self._transaction.is_active:
-            self._transaction.rollback()
+    def _ended(self) -> None:
+        self._repositories.clear()
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:

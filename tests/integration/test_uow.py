@@ -18,6 +18,7 @@ from dms.errors import AlreadyExists, ConfigurationError, DmsError, NotFound, Va
 from dms.schema import tenant as t
 from dms.schema.tenant import USERS_SCHEMA
 from dms.services import add_revision, create_document, define_field, tag_documents
+from dms.transaction import TenantTransaction
 from dms.uow import UnitOfWork
 from tests.conftest import new_slug
 
@@ -99,24 +100,27 @@ class _Cause(Exception):
     """The error raised inside a unit of work, which must reach the caller."""
 
 
-def _lose_the_connection(engine: Engine, uow: UnitOfWork) -> None:
+def _lose_the_connection(engine: Engine, uow: TenantTransaction) -> None:
     # A backend terminated by the server: the unit of work's ROLLBACK will fail.
     pid = uow.connection.scalar(sa.select(sa.func.pg_backend_pid()))
     with engine.connect() as other:
         assert other.scalar(sa.select(sa.func.pg_terminate_backend(pid))) is True
 
 
+@pytest.mark.parametrize("unit", [UnitOfWork, TenantTransaction])
 def test_a_failing_rollback_does_not_hide_the_error_that_caused_it(
-    engine: Engine, tenant: str, caplog: pytest.LogCaptureFixture
+    engine: Engine, tenant: str, caplog: pytest.LogCaptureFixture, unit: type[TenantTransaction]
 ) -> None:
+    """The unit of work and a job worker's bare unit end alike: they are one implementation."""
+
     def fail() -> None:
-        with UnitOfWork(engine, tenant=tenant) as uow:
+        with unit(engine, tenant=tenant) as uow:
             _lose_the_connection(engine, uow)
             raise _Cause
 
-    with caplog.at_level(logging.WARNING, logger="dms.uow"), pytest.raises(_Cause):
+    with caplog.at_level(logging.WARNING, logger="dms.transaction"), pytest.raises(_Cause):
         fail()
-    failed = [record for record in caplog.records if record.name == "dms.uow"]
+    failed = [record for record in caplog.records if record.name == "dms.transaction"]
     assert len(failed) == 1
     assert failed[0].exc_info is not None
     assert isinstance(failed[0].exc_info[1], sa.exc.DBAPIError)

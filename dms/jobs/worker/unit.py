@@ -5,7 +5,8 @@ so it never imports it: a worker is given a factory of units of work instead,
 ``unit_of_work(tenant=...)``, and asks of what it makes only what :class:`JobUnitOfWork`
 says. ``dms.uow.UnitOfWork.factory(engine)`` is the factory of tenant units of work with their
 repositories (the ``dms worker`` command passes it); without a factory a worker runs its
-handlers in a :class:`TenantTransaction`, which is enough for handlers that write SQL.
+handlers in a :class:`~dms.transaction.TenantTransaction` (re-exported here), which is enough
+for handlers that write SQL.
 
 Units of work are expected to open their connection lazily (on first use of
 :attr:`JobUnitOfWork.connection`): a handler that never touches the database then costs no
@@ -18,11 +19,9 @@ from types import TracebackType
 from typing import Protocol, TypeVar
 
 import psycopg
-from sqlalchemy.engine import Connection, Engine, Transaction
+from sqlalchemy.engine import Connection
 
-from dms import tenancy
-from dms.config import Settings, settings_of
-from dms.errors import DmsError
+from dms.transaction import TenantTransaction
 
 
 class JobUnitOfWork(Protocol):
@@ -76,68 +75,9 @@ def wrote(unit: JobUnitOfWork) -> bool:
     )
 
 
-class TenantTransaction:
-    """A worker's default unit of work: a transaction routed to the job's tenant, opened lazily.
-
-    No repositories (those live above ``dms.jobs``): handlers use :attr:`connection`. Pass
-    ``unit_of_work=dms.uow.UnitOfWork.factory(engine)`` to a worker whose handlers want them.
-    """
-
-    def __init__(self, engine: Engine, *, tenant: str, settings: Settings | None = None) -> None:
-        """Check the tenant's name; open nothing."""
-        self.tenant = tenancy.validate_slug(tenant)
-        self._engine = engine
-        self._settings = settings if settings is not None else settings_of(engine)
-        self._conn: Connection | None = None
-        self._transaction: Transaction | None = None
-
-    @classmethod
-    def factory(
-        cls, engine: Engine, *, settings: Settings | None = None
-    ) -> UnitOfWorkFactory[TenantTransaction]:
-        """Make units of ``engine``, with ``settings`` resolved once rather than per job."""
-        resolved = settings if settings is not None else settings_of(engine)
-
-        def make(*, tenant: str) -> TenantTransaction:
-            return cls(engine, tenant=tenant, settings=resolved)
-
-        return make
-
-    def __enter__(self) -> TenantTransaction:
-        """Open nothing yet: the first use of :attr:`connection` does."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Roll back whatever was not committed, and give the connection back."""
-        try:
-            if self._transaction is not None and self._transaction.is_active:
-                self._transaction.rollback()
-        finally:
-            if self._conn is not None:
-                self._conn.close()
-
-    @property
-    def opened(self) -> bool:
-        """Whether the connection was asked for."""
-        return self._conn is not None
-
-    @property
-    def connection(self) -> Connection:
-        """The routed connection, opened (and its transaction begun) on first use."""
-        if self._conn is None:
-            self._conn = tenancy.route(self._engine.connect(), self.tenant, self._settings)
-            self._transaction = self._conn.begin()
-        return self._conn
-
-    def commit(self) -> None:
-        """Commit the transaction (if it was ever opened)."""
-        if self._transaction is None:
-            if self._conn is None:
-                return
-            raise DmsError("the transaction has ended")
-        self._transaction.commit()
+__all__ = [
+    "JobUnitOfWork",
+    "TenantTransaction",
+    "UnitOfWorkFactory",
+    "wrote",
+]

@@ -1,0 +1,152 @@
+"""A transaction routed to one tenant: the one base of every unit that handlers and services use.
+
+:class:`TenantTransaction` takes a connection of the engine, routes it to the tenant
+(:func:`dms.tenancy.route`, ``schema_translate_map``) and begins a transaction, at ``with`` or
+(``lazy``) on first use of :attr:`~TenantTransaction.connection`; it rolls back whatever was not
+committed when the block ends. Two classes build on it: :class:`dms.uow.UnitOfWork` (the
+repositories, and who acts) and, as it is, a job worker's default unit of work
+(:class:`dms.jobs.worker.TenantTransaction`, re-exported there: ``dms.jobs`` sits below the
+repositories, this module below both). One implementation, so that the two cannot drift apart
+in how they end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import TypeVar
+
+from sqlalchemy.engine import Connection, Engine, Transaction
+
+from dms import tenancy
+from dms.config import Settings, settings_of
+from dms.domain.validation import shown
+from dms.errors import ConfigurationError, DmsError
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T", bound="TenantTransaction")
+
+
+class TenantTransaction:
+    """A transaction routed to ``tenant``, single use, rolled back unless committed.
+
+    Opened at ``with``, or with ``lazy`` at the first use of :attr:`connection` (a job handler
+    that never touches the database then costs no pool checkout). No repositories: handlers
+    use :attr:`connection`; :class:`dms.uow.UnitOfWork` adds them.
+    """
+
+    def __init__(
+        self, engine: Engine, *, tenant: str, settings: Settings | None = None, lazy: bool = True
+    ) -> None:
+        """Check the tenant's name and the settings; open nothing."""
+        self.tenant = tenancy.validate_slug(tenant)
+        if settings is not None and not isinstance(settings, Settings):
+            raise ConfigurationError(f"settings must be a dms.Settings, not {shown(settings)}")
+        self._engine = engine
+        self._settings = settings if settings is not None else settings_of(engine)
+        self._lazy = lazy
+        self._conn: Connection | None = None
+        self._transaction: Transaction | None = None
+        self._used = False
+        self._entered = False
+
+    @classmethod
+    def factory(
+        cls: type[_T], engine: Engine, *, settings: Settings | None = None
+    ) -> Callable[..., _T]:
+        """Make lazy units of ``engine`` by tenant, ``make(tenant=...)``; settings resolved once."""
+        resolved = settings if settings is not None else settings_of(engine)
+
+        def make(*, tenant: str) -> _T:
+            return cls(engine, tenant=tenant, settings=resolved, lazy=True)
+
+        return make
+
+    def __enter__(self: _T) -> _T:
+        """Begin the unit: open the connection now, or (``lazy``) at its first use."""
+        if self._used:
+            raise DmsError(f"a {type(self).__name__} is single-use; create a new one")
+        self._used = True
+        self._entered = True
+        if not self._lazy:
+            self._open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Roll back whatever was not committed, and give the connection back.
+
+        When the block raised, a rollback that fails as well (its connection died, say) is
+        logged and the block's exception goes on: it is the cause, and the caller must see it.
+        """
+        try:
+            self._end()
+        except Exception:
+            if exc is None:
+                raise
+            log.warning(
+                "%s of tenant %r: rolling back after %s failed too",
+                type(self).__name__,
+                self.tenant,
+                type(exc).__name__,
+                exc_info=True,
+            )
+
+    @property
+    def opened(self) -> bool:
+        """Whether the connection was opened (a lazy unit opens it at first use)."""
+        return self._conn is not None
+
+    @property
+    def connection(self) -> Connection:
+        """The routed connection, in the unit's transaction; only inside ``with``."""
+        if self._conn is None and self._entered:
+            self._open()
+        if self._conn is None or self._transaction is None:
+            raise DmsError(f"the {type(self).__name__} is not open: use it in a with block")
+        return self._conn
+
+    def commit(self) -> None:
+        """Commit everything done in the unit; it is closed for writes afterwards.
+
+        A lazy unit that never opened its connection has nothing to commit: a no-op.
+        """
+        if self._entered and self._conn is None:
+            return
+        if self._transaction is None or not self._transaction.is_active:
+            raise DmsError(f"nothing to commit: the {type(self).__name__} is not open")
+        self._transaction.commit()
+
+    def rollback(self) -> None:
+        """Throw away everything done in the unit."""
+        if self._transaction is not None and self._transaction.is_active:
+            self._transaction.rollback()
+
+    def _open(self) -> None:
+        conn = tenancy.route(self._engine.connect(), self.tenant, self._settings)
+        self._conn = conn
+        self._transaction = conn.begin()
+        self._began(conn)
+
+    def _began(self, conn: Connection) -> None:
+        """What a subclass does first in each transaction (the unit of work names who acts)."""
+
+    def _end(self) -> None:
+        try:
+            if self._transaction is not None and self._transaction.is_active:
+                self._transaction.rollback()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+            self._transaction = None
+            self._entered = False
+            self._ended()
+
+    def _ended(self) -> None:
+        """What a subclass lets go of when the unit ends (the unit of work, its repositories)."""
