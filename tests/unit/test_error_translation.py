@@ -19,6 +19,7 @@ from dms.errors import (
     TenantNotFound,
     ValidationError,
 )
+from dms.jobs._translation import TENANT_FOREIGN_KEYS, tenant_dropped
 
 
 def _driver_error(cls: type[psycopg.Error]) -> DBAPIError:
@@ -103,3 +104,11 @@ def test_translated_raises_the_domain_error_from_the_driver_error() -> None:
     with pytest.raises(DBAPIError) as passed, translated("tag 'x'"):
         raise unknown
     assert passed.value is unknown
+
+
+@pytest.mark.parametrize("foreign_key", sorted(TENANT_FOREIGN_KEYS))
+def test_a_queue_row_whose_tenant_went_is_tenant_not_found(foreign_key: str) -> None:
+    """The race the queue's statements leave: the tenant dropped after their check."""
+    dropped = tenant_dropped("tenant 'acme' was dropped")
+    with pytest.raises(TenantNotFound, match=r"^tenant 'acme' was dropped$"), refused(dropped):
+        raise _refused_by("23503", foreign_key)
