@@ -12,7 +12,7 @@ from dms.jobs.tables import JOB_STATES
 def test_all_is_sorted_and_complete() -> None:
     assert jobs.__all__ == sorted(jobs.__all__)
     assert all(hasattr(jobs, name) for name in jobs.__all__)
-    assert {"Job", "JobState", "Worker"} <= set(dms.__all__)
+    assert {"DocumentWorker", "Job", "JobState"} <= set(dms.__all__)
 
 
 def test_every_public_name_is_documented() -> None:
