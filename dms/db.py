@@ -72,7 +72,7 @@ def _unreachable(context: sa.engine.ExceptionContext) -> BaseException | None:
     such database) are kept whole; the URL is shown without its password.
     """
     if context.connection is not None or context.engine is None:
-        return None  # a statement failed: the repositories translate it by SQLSTATE
+        return None  # a statement failed: its SQLSTATE says what (dms.driver_errors)
     where = context.engine.url.render_as_string(hide_password=True)
     reason = " ".join(str(context.original_exception).split())
     return DatabaseUnreachable(

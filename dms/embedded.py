@@ -28,11 +28,11 @@ from pathlib import Path
 from types import ModuleType
 
 import sqlalchemy as sa
-from psycopg import errors as pg_errors
 from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
 from dms.config import Settings
+from dms.driver_errors import DUPLICATE_DATABASE, UNIQUE_VIOLATION, sqlstate_of
 from dms.errors import ConfigurationError
 from dms.schema.ddl import execute_ddl
 from dms.users import create_users_stand_in
@@ -47,7 +47,7 @@ STOP_TIMEOUT_SECONDS = 60
 _LOCK_FILE = "server.lock"
 _PGDATA = "pgdata"
 _DRIVER = "postgresql+psycopg"
-_ALREADY_CREATED = (pg_errors.DuplicateDatabase, pg_errors.UniqueViolation)
+_ALREADY_CREATED = frozenset({DUPLICATE_DATABASE, UNIQUE_VIOLATION})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +170,7 @@ def _ensure_database(server_url: URL, name: str) -> None:
                 execute_ddl(conn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             except sa.exc.DBAPIError as exc:
                 # Another server user (outside our lock) created it first: it exists, as wanted.
-                if not isinstance(exc.orig, _ALREADY_CREATED):
+                if sqlstate_of(exc) not in _ALREADY_CREATED:
                     raise
     finally:
         engine.dispose()

@@ -30,8 +30,18 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
 Not an error, so outside the tree: :class:`FleetInterrupted` is the ``KeyboardInterrupt`` of a
 fleet operation stopped by Ctrl-C (or SIGTERM), carrying the report of how far it got.
 
-Database errors are translated once, by SQLSTATE, in :mod:`dms.repositories.errors`;
-messages are never parsed.
+Database errors are translated once, by SQLSTATE and constraint name, in
+:mod:`dms.driver_errors`; messages are never parsed. Its table gives the generic errors of a
+refused statement (``AlreadyExists``, ``NotFound``, ``InvariantViolation``, ``ConcurrentUpdate``,
+``ValidationError``); each layer names there the refusals it knows better: the repositories'
+constraints (:mod:`dms.repositories`, which run their statements in savepoints through
+:mod:`dms.repositories.errors`), the queue's (a dropped tenant is ``TenantNotFound``, a state
+the table predates ``NotMigrated``: :mod:`dms.jobs._translation`), the registry's (missing:
+``NotMigrated``, :mod:`dms.tenancy`). Made from a driver error but not translations of one:
+``DatabaseUnreachable`` (a failed connect, in :mod:`dms.db`), ``TenantNotFound`` of a unit of
+work (a missing table, then the registry asked: :mod:`dms.repositories._base`), the
+``ClusterError`` of a failed tenant move (with where the tenant is: :mod:`dms.placement`), and
+the failures that fleet operations record in their reports.
 """
 
 from __future__ import annotations

@@ -27,21 +27,20 @@ database was never migrated) is :class:`~dms.errors.NotMigrated`, not a driver e
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DisconnectionError, ProgrammingError
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from dms import citus
 from dms.config import SHARED_SCHEMA, Settings, settings_of
+from dms.driver_errors import UNDEFINED_TABLE, ErrorFactory, refused
 from dms.errors import (
     InvalidTenantName,
     NotMigrated,
@@ -172,15 +171,8 @@ def set_lock_timeout(conn: Connection, settings: Settings | None = None) -> None
 # --- the registry -------------------------------------------------------------------------
 
 
-@contextmanager
-def _registry_errors() -> Iterator[None]:
-    """A registry that is not there means the database was never migrated."""
-    try:
-        yield
-    except ProgrammingError as exc:
-        if isinstance(exc.orig, psycopg.errors.UndefinedTable):
-            raise NotMigrated() from exc
-        raise
+#: A registry that is not there means the database was never migrated.
+_REGISTRY_MISSING: Mapping[str, ErrorFactory] = {UNDEFINED_TABLE: NotMigrated}
 
 
 def lock_name(conn: Connection, slug: str) -> None:
@@ -200,7 +192,7 @@ def lock_name(conn: Connection, slug: str) -> None:
 def register(conn: Connection, slug: str) -> Tenant:
     """Add ``slug``'s registry row in ``conn``'s transaction; :class:`TenantExists` if taken."""
     lock_name(conn, slug)
-    with _registry_errors():
+    with refused(_REGISTRY_MISSING):
         row = conn.execute(
             insert(tenants)
             .values(slug=slug, schema_name=schema_name(slug))
@@ -214,7 +206,7 @@ def register(conn: Connection, slug: str) -> Tenant:
 
 def unregister(conn: Connection, slug: str) -> None:
     """Delete ``slug``'s registry row in ``conn``'s transaction; :class:`TenantNotFound` if none."""
-    with _registry_errors():
+    with refused(_REGISTRY_MISSING):
         deleted = conn.execute(
             sa.delete(tenants)
             .where(tenants.c.slug == validate_slug(slug))
@@ -230,7 +222,7 @@ def list_tenants(conn_or_engine: Connection | Engine) -> list[Tenant]:
         with conn_or_engine.connect() as conn:
             return list_tenants(conn)
     query = sa.select(*_TENANT_COLUMNS).order_by(tenants.c.slug)
-    with _registry_errors():
+    with refused(_REGISTRY_MISSING):
         return [Tenant(**row._mapping) for row in conn_or_engine.execute(query)]
 
 
@@ -239,14 +231,14 @@ def registered_slugs(conn: Connection, slugs: Iterable[str]) -> set[str]:
     wanted = list(slugs)
     if not wanted:
         return set()
-    with _registry_errors():
+    with refused(_REGISTRY_MISSING):
         return set(conn.scalars(sa.select(tenants.c.slug).where(tenants.c.slug.in_(wanted))))
 
 
 def get_tenant(conn: Connection, slug: str) -> Tenant:
     """The registered tenant ``slug``, or :class:`TenantNotFound`."""
     validate_slug(slug)
-    with _registry_errors():
+    with refused(_REGISTRY_MISSING):
         row = conn.execute(sa.select(*_TENANT_COLUMNS).where(tenants.c.slug == slug)).one_or_none()
     if row is None:
         raise TenantNotFound(f"tenant {slug!r} does not exist")

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-import psycopg
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms import logs
@@ -37,6 +36,7 @@ from dms.cli import (
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import tell
 from dms.config import Settings
+from dms.driver_errors import UNDEFINED_TABLE, sqlstate_of
 from dms.errors import ConfigurationError, DmsError, NotMigrated
 from dms.logs import LOG_FORMATS, LOG_LEVELS
 
@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except ProgrammingError as exc:
         # Every table a command reads is dms's own: a missing one means a missing migration.
-        if not isinstance(exc.orig, psycopg.errors.UndefinedTable):
+        if sqlstate_of(exc) != UNDEFINED_TABLE:
             raise
         tell(f"error: {NotMigrated()}")
         return EXIT_ERROR

@@ -1,12 +1,17 @@
-"""Driver errors of the queue's statements, read by constraint name (never by message text).
+"""What the queue's own constraints mean when the database refuses one of its statements.
 
-:mod:`dms.repositories.errors` does this for the tenant tables; the queue sits below the
-repositories and reads the one detail it needs itself.
+The reading of the driver's error (its constraint name, never its message) is
+:mod:`dms.driver_errors`, shared with every layer; this module holds only the queue's
+knowledge, for :func:`dms.driver_errors.refused`: any refusal not named here is a bug and goes
+on as the driver's error.
 """
 
 from __future__ import annotations
 
-from sqlalchemy.exc import DBAPIError
+from collections.abc import Mapping
+
+from dms.driver_errors import ErrorFactory
+from dms.errors import NotMigrated, TenantNotFound
 
 #: The foreign keys that tie a job and an idempotency key to a registered tenant.
 TENANT_FOREIGN_KEYS = frozenset(
@@ -21,9 +26,14 @@ TENANT_FOREIGN_KEYS = frozenset(
 STATE_CONSTRAINTS = frozenset(
     {"ck_processing_jobs_state_known", "ck_processing_jobs_finished_when_terminal"}
 )
+#: A state refused by the table: it predates the state (cancelled came with revision 0005).
+STATE_UNKNOWN: Mapping[str, ErrorFactory] = dict.fromkeys(STATE_CONSTRAINTS, NotMigrated)
 
 
-def constraint_of(exc: DBAPIError) -> str:
-    """The name of the constraint the statement violated ('' if none), from psycopg's diag."""
-    diag = getattr(exc.orig, "diag", None)
-    return str(getattr(diag, "constraint_name", None) or "")
+def tenant_dropped(message: str) -> Mapping[str, ErrorFactory]:
+    """A tenant's foreign key refused: :class:`~dms.errors.TenantNotFound` saying ``message``.
+
+    The statements check their tenants first; only a tenant dropped between that check and the
+    write gets this far.
+    """
+    return dict.fromkeys(TENANT_FOREIGN_KEYS, lambda: TenantNotFound(message))

@@ -6,11 +6,10 @@ import uuid
 from collections.abc import Iterable
 from datetime import timedelta
 
-import sqlalchemy as sa
-
 from dms import tenancy
 from dms.domain.validation import check_flag, shown
-from dms.errors import JobFinished, NotFound, NotMigrated, ValidationError
+from dms.driver_errors import refused
+from dms.errors import JobFinished, NotFound, ValidationError
 from dms.jobs._rows import job_of_row
 from dms.jobs._statements import (
     cancel_matching_statement,
@@ -27,7 +26,7 @@ from dms.jobs._statements import (
     state_counts_statement,
     unfinished_filter,
 )
-from dms.jobs._translation import STATE_CONSTRAINTS, constraint_of
+from dms.jobs._translation import STATE_UNKNOWN
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.model import (
     CANCELLABLE_STATES,
@@ -176,12 +175,8 @@ def cancel(target: Executor, job_id: uuid.UUID) -> Job:
     """
     require_job_id(job_id)
     conn = connection_of(target)
-    try:
+    with refused(STATE_UNKNOWN):
         row = conn.execute(cancel_statement(), {"job_id": job_id}).one_or_none()
-    except sa.exc.IntegrityError as exc:
-        if constraint_of(exc) in STATE_CONSTRAINTS:  # the table predates the state (0005)
-            raise NotMigrated() from exc
-        raise
     if row is not None:
         return job_of_row(row)
     job = get(conn, job_id)  # NotFound if there is no such job

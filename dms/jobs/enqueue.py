@@ -19,11 +19,12 @@ from sqlalchemy.engine import Connection
 
 from dms import tenancy
 from dms.domain.validation import shown
+from dms.driver_errors import refused
 from dms.errors import TenantNotFound, ValidationError
 from dms.jobs import _wire as wire
 from dms.jobs._ids import new_job_ids
 from dms.jobs._statements import insert_statement
-from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
+from dms.jobs._translation import tenant_dropped
 from dms.jobs.backoff import Backoff
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.tables import job_idempotency_keys as ledger
@@ -156,13 +157,9 @@ def _insert(
     }
     if keyed:
         params["key_retention"] = key_retention
-    try:
+    # Only if a tenant was dropped between the statement's check and its insert.
+    with refused(tenant_dropped("a tenant of the batch was dropped meanwhile")):
         result = conn.execute(insert_statement(keyed=keyed), params)
-    except sa.exc.DBAPIError as exc:
-        # Only if a tenant was dropped between the statement's check and its insert.
-        if constraint_of(exc) in TENANT_FOREIGN_KEYS:
-            raise TenantNotFound("a tenant of the batch was dropped meanwhile") from exc
-        raise
     if not keyed:
         if result.scalar_one() == len(new_jobs):
             return [Enqueued(job_id, created=True) for job_id in ids]

@@ -28,14 +28,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from sqlalchemy.engine import RowMapping
 
 from dms import tenancy
 from dms.domain.validation import shown
-from dms.errors import NotFound, TenantNotFound, ValidationError
+from dms.driver_errors import refused
+from dms.errors import NotFound, ValidationError
 from dms.jobs import _statements as statements
-from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
+from dms.jobs._translation import tenant_dropped
 from dms.jobs.enqueue import require_tenants
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.validation import INT32, require_optional_name
@@ -97,12 +97,8 @@ def set_limit(target: Executor, limit: Limit) -> None:
         "max_running": limit.max_running,
         "per_second": None if limit.per_second is None else float(limit.per_second),
     }
-    try:
+    with refused(tenant_dropped(f"tenant {limit.tenant!r} was dropped meanwhile")):
         conn.execute(statements.set_limit_statement(), params)
-    except sa.exc.IntegrityError as exc:
-        if constraint_of(exc) in TENANT_FOREIGN_KEYS:
-            raise TenantNotFound(f"tenant {limit.tenant!r} was dropped meanwhile") from exc
-        raise
 
 
 def remove_limit(target: Executor, tenant: str, *, kind: str | None = None) -> None:

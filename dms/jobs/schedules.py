@@ -27,14 +27,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import sqlalchemy as sa
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from sqlalchemy.engine import Connection, RowMapping
 
 from dms.domain.validation import shown
-from dms.errors import NotFound, TenantNotFound, ValidationError
+from dms.driver_errors import refused
+from dms.errors import NotFound, ValidationError
 from dms.jobs import _statements as statements
-from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
+from dms.jobs._translation import tenant_dropped
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS, NewJob, enqueue_many, require_tenants
 from dms.jobs.executor import Executor, connection_of
 from dms.jobs.validation import require_duration, require_name
@@ -158,12 +158,8 @@ def register_schedules(target: Executor, schedules: Iterable[Schedule]) -> None:
     require_tenants(conn, sorted({schedule.tenant for schedule in batch}))
     now = _database_now(conn)
     rows = [_row(schedule, next_run_at=schedule.next_tick(now)) for schedule in batch]
-    try:
+    with refused(tenant_dropped("a tenant of the schedules was dropped meanwhile")):
         conn.execute(statements.register_schedule_statement(), rows)
-    except sa.exc.IntegrityError as exc:
-        if constraint_of(exc) in TENANT_FOREIGN_KEYS:
-            raise TenantNotFound("a tenant of the schedules was dropped meanwhile") from exc
-        raise
 
 
 def remove_schedule(target: Executor, name: str) -> None:

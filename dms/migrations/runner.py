@@ -23,7 +23,6 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
@@ -31,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from dms import citus, tenancy
 from dms.config import SHARED_SCHEMA, Settings, settings_of
 from dms.domain.validation import check_text
+from dms.driver_errors import QUERY_CANCELED, sqlstate_of
 from dms.errors import (
     FleetInterrupted,
     FleetStopped,
@@ -236,7 +236,7 @@ def _failure(
 ) -> TenantReport:
     error = f"{type(exc).__name__}: {exc}".splitlines()[0]
     lost = isinstance(exc, DBAPIError) and exc.connection_invalidated
-    cancelled = isinstance(exc, DBAPIError) and isinstance(exc.orig, psycopg.errors.QueryCanceled)
+    cancelled = isinstance(exc, DBAPIError) and sqlstate_of(exc) == QUERY_CANCELED
     outcome = Outcome.INTERRUPTED if cancelled or lost else Outcome.FAILED
     after = before if lost else _revision_now(engine, tenancy.schema_name(slug), before)
     return _report(slug, before, after, started, outcome, error=error, lost_connection=lost)

@@ -15,15 +15,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import Executable
 
 from dms import tenancy
+from dms.driver_errors import INVALID_SCHEMA_NAME, UNDEFINED_TABLE, sqlstate_of
 from dms.errors import TenantNotFound, ValidationError
 
-from .errors import sqlstate_of
-
-#: SQLSTATEs of a statement naming a table or schema that does not exist: what a statement
-#: routed to the schema of an unregistered tenant fails with.
-_UNDEFINED_TABLE = "42P01"
-_INVALID_SCHEMA_NAME = "3F000"
-_MISSING_RELATION = frozenset({_UNDEFINED_TABLE, _INVALID_SCHEMA_NAME})
+#: What a statement routed to the schema of an unregistered tenant fails with.
+_MISSING_RELATION = frozenset({UNDEFINED_TABLE, INVALID_SCHEMA_NAME})
 
 #: Parameters of one statement, or of one statement run for many rows.
 Parameters = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None

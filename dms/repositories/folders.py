@@ -27,13 +27,14 @@ from dms.domain.validation import (
     check_name,
     check_optional_id,
 )
+from dms.driver_errors import ErrorFactory
 from dms.errors import InvariantViolation, NotFound
 from dms.schema import tenant as t
 from dms.schema.recordsets import recordset
 
 from . import _recordset, _rows
 from ._base import Repository
-from .errors import ErrorFactory, translated
+from .errors import translated
 
 _f = t.folders
 COLUMNS = tuple(_f.c)

@@ -15,13 +15,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import psycopg
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from dms.db import normalize_url
+from dms.driver_errors import INVALID_CATALOG_NAME, OBJECT_IN_USE, sqlstate_of
 from dms.schema.ddl import execute_ddl
 
 #: How long a drop on Citus waits for the workers' sessions in the database to end, polling.
@@ -79,13 +79,13 @@ def _drop(admin: sa.Engine, name: str, nodes: Sequence[_Node]) -> None:
                 _propagate_to_nodes(conn, nodes)
                 execute_ddl(conn, statement)
         except OperationalError as exc:
-            if not isinstance(exc.orig, psycopg.errors.ObjectInUse) or not nodes:
+            if sqlstate_of(exc) != OBJECT_IN_USE or not nodes:
                 raise
             if time.monotonic() > deadline:
                 raise
             time.sleep(_DROP_RETRY_SECONDS)
         except ProgrammingError as exc:
-            if not isinstance(exc.orig, psycopg.errors.InvalidCatalogName) or not nodes:
+            if sqlstate_of(exc) != INVALID_CATALOG_NAME or not nodes:
                 raise
             _drop_each_copy(admin, name, nodes, statement)
             return
