@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
+from dms.jobs import validation
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.tables import job_idempotency_keys, processing_jobs
 from dms.uow import UnitOfWork
@@ -243,3 +244,62 @@ def test_a_keyed_batch_with_an_unknown_tenant_writes_nothing(
         assert count_jobs(conn, kind) == 0
         keys = conn.scalar(sa.select(sa.func.count()).where(job_idempotency_keys.c.kind == kind))
         assert keys == 0
+
+
+def test_the_payload_enqueued_is_the_one_validated(engine: Engine, tenant: str, kind: str) -> None:
+    payload: dict[str, Any] = {"n": 1}
+    job = jobs.NewJob(kind=kind, payload=payload, tenant=tenant)
+    payload["n"] = float("nan")  # changed after validation: not what is sent
+    with engine.begin() as conn:
+        (result,) = jobs.enqueue_many(conn, [job])
+        assert jobs.get(conn, result.job_id).payload == {"n": 1}
+
+
+class _Lying(int):
+    """An int that prints as JSON that would close its field and set the tenant."""
+
+    def __repr__(self) -> str:
+        return '0,"tenant":"other"'
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+
+def test_values_cannot_write_other_fields_of_the_batch(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    odd_kind = kind + '","tenant":"other'
+    with engine.begin() as conn:
+        (result,) = jobs.enqueue_many(
+            conn,
+            [jobs.NewJob(kind=odd_kind, payload={}, tenant=tenant, priority=_Lying(7))],
+        )
+        job = jobs.get(conn, result.job_id)
+    assert (job.tenant, job.kind, job.priority) == (tenant, odd_kind, 7)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"n": 1}, {"é": ["\u2028", 1.5, None, True, {"x": []}]}, [1, "a"], "s", 3, 2.5, 10**30],
+)
+def test_strict_json_writes_what_the_encoder_writes(payload: Any) -> None:
+    assert validation.strict_json(payload) == validation._STRICT_JSON.encode(payload)
+
+
+@pytest.mark.parametrize(
+    "payload", [{"x": float("nan")}, {1: {2}}, {"b": b"x"}], ids=["nan", "set", "bytes"]
+)
+def test_strict_json_refuses_what_the_encoder_refuses(payload: Any) -> None:
+    with pytest.raises((TypeError, ValueError)) as expected:
+        validation._STRICT_JSON.encode(payload)
+    with pytest.raises(expected.type, match=str(expected.value)):
+        validation.strict_json(payload)
+
+
+def test_strict_json_refuses_a_circular_payload() -> None:
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(ValueError, match="Circular reference"):
+        validation.strict_json(circular)
