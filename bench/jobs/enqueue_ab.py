@@ -52,9 +52,7 @@ def main() -> None:
         engine = dms_queue.prepare(dms_url)
         stack.callback(engine.dispose)
         pgqueuer_queue.prepare(pgq_url)
-        conn = stack.enter_context(
-            engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        )
+        conn = stack.enter_context(engine.connect().execution_options(isolation_level="AUTOCOMMIT"))
         loop = asyncio.new_event_loop()
         stack.callback(loop.close)
         pgq_conn = loop.run_until_complete(asyncpg.connect(pgqueuer_queue.dsn(pgq_url)))
