@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from dms import tenancy
 from dms.domain.validation import shown
 from dms.errors import TenantNotFound, ValidationError
+from dms.jobs._driver import execute
 from dms.jobs._ids import new_job_ids
 from dms.jobs._statements import insert_statement
 from dms.jobs._translation import TENANT_FOREIGN_KEYS, constraint_of
@@ -164,18 +165,18 @@ def _insert(
     if keyed:
         params["key_retention"] = key_retention
     try:
-        result = conn.execute(insert_statement(keyed=keyed), params)
+        rows = execute(conn, insert_statement(keyed=keyed), params)
     except sa.exc.DBAPIError as exc:
         # Only if a tenant was dropped between the statement's check and its insert.
         if constraint_of(exc) in TENANT_FOREIGN_KEYS:
             raise TenantNotFound("a tenant of the batch was dropped meanwhile") from exc
         raise
     if not keyed:
-        if result.scalar_one() == len(new_jobs):
+        if rows[0][0] == len(new_jobs):
             return [Enqueued(job_id, created=True) for job_id in ids]
         require_tenants(conn, slugs)  # nothing was written: a tenant is missing
         return _insert(conn, new_jobs, key_retention)  # or it was created meanwhile
-    created = set(result.scalars())
+    created = {job_id for (job_id,) in rows}
     if len(created) < len(new_jobs):
         require_tenants(conn, slugs)  # keys were taken, or a tenant is missing
     results = _resolve_keys(conn, new_jobs, ids, created)

@@ -6,7 +6,6 @@ once, on the psycopg connection under the SQLAlchemy one.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
@@ -16,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms.errors import ValidationError
+from dms.jobs._driver import compiled
 from dms.jobs._rows import claimed_jobs
 from dms.jobs._statements import claim_statement, claimer_settings_statement
 from dms.jobs.claims import claim_params
@@ -51,8 +51,8 @@ def claim_batch(
     if driver.info.transaction_status != _IDLE:
         raise ValidationError("claim_batch runs its own transaction: call it outside one")
     params = claim_params(worker_id, kinds, limit, lease, after_tenant)
-    settings = _compiled(claimer_settings_statement(), conn.dialect)
-    claim = _compiled(claim_statement(kinds is not None), conn.dialect)
+    settings = compiled(claimer_settings_statement(), conn.dialect)
+    claim = compiled(claim_statement(kinds is not None), conn.dialect)
     autocommit = driver.autocommit
     cursor = driver.cursor()
     try:
@@ -94,9 +94,3 @@ def _rolled_back(driver: psycopg.Connection[Any]) -> bool:
     except psycopg.Error:
         return False
     return driver.info.transaction_status == _IDLE
-
-
-@functools.cache
-def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> sa.Compiled:
-    """``statement`` compiled once for ``dialect``, for the driver-level execution above."""
-    return sa.ClauseElement.compile(statement, dialect=dialect)  # type: ignore[arg-type]
