@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -359,6 +361,24 @@ def test_values_cannot_write_other_fields_of_the_batch(
         )
         job = jobs.get(conn, result.job_id)
     assert (job.tenant, job.kind, job.priority) == (tenant, odd_kind, 7)
+
+
+def test_new_job_takes_its_fields_as_keywords_with_their_defaults() -> None:
+    # NewJob's __init__ is written by hand (speed): it must stay the one @dataclass would make.
+    parameters = inspect.signature(jobs.NewJob).parameters
+    fields = [f for f in dataclasses.fields(jobs.NewJob) if f.init]
+    assert list(parameters) == [f.name for f in fields]
+    for f in fields:
+        assert parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+        default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        assert parameters[f.name].default == default
+    job = jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=3)
+    moved = dataclasses.replace(job, priority=4)
+    assert moved == jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=4)
+    assert moved._payload_json == job._payload_json
+    assert repr(job).startswith("NewJob(kind='k', payload={'a': [1]}, tenant='acme'")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.kind = "other"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
