@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from json.encoder import encode_basestring_ascii
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -170,9 +171,17 @@ def enqueue_many(
     return _insert(connection_of(target), new_jobs, key_retention)
 
 
+_ONLY_NEW_JOB = frozenset({NewJob})
+_tenant_of = attrgetter("tenant")
+_key_of = attrgetter("idempotency_key")
+_tuple = tuple.__new__
+
+
 def _require_batch(new_jobs: object) -> None:
     if isinstance(new_jobs, str | bytes) or not isinstance(new_jobs, Sequence):
         raise ValidationError(f"new_jobs must be a sequence of NewJob, not {shown(new_jobs)}")
+    if _ONLY_NEW_JOB.issuperset(map(type, new_jobs)):
+        return  # the usual batch, checked in one pass in C; subclasses and strays below
     for job in new_jobs:
         if not isinstance(job, NewJob):
             raise ValidationError(f"new_jobs must hold NewJob values only, not {shown(job)}")
@@ -182,8 +191,8 @@ def _insert(
     conn: Connection, new_jobs: Sequence[NewJob], key_retention: timedelta
 ) -> list[Enqueued]:
     ids = new_job_ids(len(new_jobs))
-    slugs = sorted({job.tenant for job in new_jobs})
-    keyed = any(job.idempotency_key is not None for job in new_jobs)
+    slugs = sorted(set(map(_tenant_of, new_jobs)))
+    keyed = any(map(_key_of, new_jobs))  # a key is never blank, hence true when set
     params: dict[str, Any] = {
         "batch": _batch_document(new_jobs, ids),
         "slugs": slugs,
@@ -200,7 +209,8 @@ def _insert(
         raise
     if not keyed:
         if rows[0][0] == len(new_jobs):
-            return [Enqueued(job_id, created=True) for job_id in ids]
+            # Built as the tuples they are: Enqueued's own __new__ is Python, per job.
+            return [_tuple(Enqueued, (job_id, True)) for job_id in ids]
         require_tenants(conn, slugs)  # nothing was written: a tenant is missing
         return _insert(conn, new_jobs, key_retention)  # or it was created meanwhile
     created = {job_id for (job_id,) in rows}
