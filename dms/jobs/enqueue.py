@@ -89,8 +89,10 @@ class NewJob:
         backoff: Backoff | None = None,
     ) -> None:
         """Check everything that can be checked without the database."""
-        tenancy.validate_slug(tenant)
-        require_name("kind", kind)
+        if type(tenant) is not str or tenant not in _VALID_TENANTS:
+            _remember(_VALID_TENANTS, tenancy.validate_slug(tenant))
+        if type(kind) is not str or kind not in _VALID_KINDS:
+            _remember(_VALID_KINDS, require_name("kind", kind))
         if idempotency_key is not None:
             require_name("idempotency_key", idempotency_key)
         payload_json = require_json(payload)
@@ -113,6 +115,22 @@ class NewJob:
             backoff=backoff,
             _payload_json=payload_json,
         )
+
+
+#: Tenants and kinds found valid before, the same few in every batch: a dict lookup instead of
+#: the checks (0.4 µs a job). Plain ``str`` only: a subclass could compare equal to a valid
+#: name while holding another.
+_VALID_TENANTS: dict[str, None] = {}
+_VALID_KINDS: dict[str, None] = {}
+#: Names each remembers at most; then it starts again.
+_REMEMBERED = 1000
+
+
+def _remember(valid: dict[str, None], name: str) -> None:
+    if type(name) is str:
+        if len(valid) >= _REMEMBERED:
+            valid.clear()
+        valid[name] = None
 
 
 def enqueue(
@@ -251,9 +269,10 @@ def _batch_document(new_jobs: Sequence[NewJob], ids: Sequence[uuid.UUID]) -> str
     return (
         "["
         + ",".join(
-            f'{{"id":"{job_id.hex}","tenant":{_string(job.tenant)},"kind":{_string(job.kind)},'
-            f'"payload":{job._payload_json},"priority":{_integer(job.priority)},'
-            f'"max_attempts":{_integer(job.max_attempts)}{_options(job)}}}'
+            f'{{"id":"{job_id.int:032x}","tenant":{_string(job.tenant)},'
+            f'"kind":{_string(job.kind)},"payload":{job._payload_json},'
+            f'"priority":{_integer(job.priority)},"max_attempts":{_integer(job.max_attempts)}'
+            f"{_options(job)}}}"
             for job, job_id in zip(new_jobs, ids, strict=True)
         )
         + "]"

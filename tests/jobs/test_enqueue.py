@@ -381,6 +381,26 @@ def test_new_job_takes_its_fields_as_keywords_with_their_defaults() -> None:
         job.kind = "other"  # type: ignore[misc]
 
 
+class _Sly(str):
+    """A str that claims to equal (and hash as) any valid name it is looked up among."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("acme")
+
+
+def test_names_found_valid_before_are_not_taken_for_lookalikes() -> None:
+    jobs.NewJob(kind="acme", payload={}, tenant="acme")  # both remembered as valid
+    with pytest.raises(ValidationError):
+        jobs.NewJob(kind=_Sly("nul \x00"), payload={}, tenant="acme")
+    with pytest.raises(InvalidTenantName):
+        jobs.NewJob(kind="acme", payload={}, tenant=_Sly("Not A Slug"))
+
+
 @pytest.mark.parametrize(
     "payload",
     [{}, {"n": 1}, {"é": ["\u2028", 1.5, None, True, {"x": []}]}, [1, "a"], "s", 3, 2.5, 10**30],
