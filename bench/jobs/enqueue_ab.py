@@ -8,13 +8,16 @@ call its own transaction, dms' jobs built and validated inside the timed loop), 
 processing runs, and interleaved finely: each round runs both systems in slices of
 ``--slice`` calls, taking turns (which one starts alternates), and sums each system's time.
 Load from other processes on a shared machine then falls on both alike; each round's ratio
-is printed, then their medians.
+is printed, then their medians. ``--pgqueuer-payloads`` gives pgqueuer's jobs the payloads
+dms' jobs carry (``{"n": ...}``, JSON-encoded by the caller as pgqueuer wants bytes); by
+default, as in ``python -m bench.jobs``, they carry none.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import time
 import uuid
@@ -42,6 +45,11 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=1000, help="jobs per round, one per call")
     parser.add_argument("--batches", type=int, default=100, help="batches of 100 per round")
     parser.add_argument("--slice", type=int, default=10, help="batches per turn (x10 single)")
+    parser.add_argument(
+        "--pgqueuer-payloads",
+        action="store_true",
+        help="give pgqueuer's jobs dms' payloads, JSON-encoded (the bench gives it none)",
+    )
     args = parser.parse_args()
     server = normalize_url(args.url)
     with ExitStack() as stack:
@@ -72,14 +80,20 @@ def main() -> None:
                 ]
                 jobs.enqueue_many(conn, batch)
 
+        def payload(n: int) -> bytes | None:
+            # pgqueuer takes bytes: its caller encodes what dms.jobs encodes (and checks) itself.
+            return json.dumps({"n": n}).encode() if args.pgqueuer_payloads else None
+
         async def pgq_single_async(count: int) -> None:
-            for _ in range(count):
-                await queries.enqueue(pgqueuer_queue.ENTRYPOINT, None)
+            for n in range(count):
+                await queries.enqueue(pgqueuer_queue.ENTRYPOINT, payload(n))
 
         async def pgq_batches_async(count: int) -> None:
-            for _ in range(count):
+            for b in range(count):
                 await queries.enqueue(
-                    [pgqueuer_queue.ENTRYPOINT] * BATCH, [None] * BATCH, [0] * BATCH
+                    [pgqueuer_queue.ENTRYPOINT] * BATCH,
+                    [payload(b * BATCH + n) for n in range(BATCH)],
+                    [0] * BATCH,
                 )
 
         def pgq_single(count: int) -> None:
