@@ -17,12 +17,12 @@ from bench.jobs.common import LATENCY_RATE_PER_SECOND, rate
 ENTRYPOINT = "noop"
 
 
-def _dsn(url: str) -> str:
+def dsn(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 async def _queries(url: str) -> tuple[asyncpg.Connection, Queries]:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn(url))
     return conn, Queries(AsyncpgDriver(conn))
 
 
@@ -77,7 +77,7 @@ def process(url: str, count: int, concurrency: int, batch_size: int) -> float:
         for start in range(0, count, 1000):
             size = min(1000, count - start)
             await queries.enqueue([ENTRYPOINT] * size, [None] * size, [0] * size)
-        worker_conn = await asyncpg.connect(_dsn(url))
+        worker_conn = await asyncpg.connect(dsn(url))
         manager = QueueManager(Queries(AsyncpgDriver(worker_conn)))
 
         @manager.entrypoint(ENTRYPOINT, concurrency_limit=concurrency)
@@ -103,7 +103,7 @@ def latency(url: str, count: int, concurrency: int) -> list[float]:
 
     async def run() -> list[float]:
         conn, queries = await _queries(url)
-        worker_conn = await asyncpg.connect(_dsn(url))
+        worker_conn = await asyncpg.connect(dsn(url))
         manager = QueueManager(Queries(AsyncpgDriver(worker_conn)))
         sent: dict[bytes, float] = {}
         samples: list[float] = []

@@ -76,14 +76,14 @@ BATCH_COLUMNS: tuple[tuple[str, TypeEngine[Any]], ...] = (
 def insert_statement(*, keyed: bool) -> sa.Executable:
     """Insert the jobs of a batch; ``keyed``: only those whose key the ledger did not hold.
 
-    ``WITH inserted AS (INSERT INTO processing_jobs SELECT ... FROM json_to_recordset(:batch)
+    ``WITH inserted AS (INSERT INTO processing_jobs SELECT ... FROM jsonb_to_recordset(:batch)
     WHERE`` the tenants are known (:func:`tenants_known`) ``RETURNING id) SELECT count(*)
     FROM inserted``, or with keys: ``WITH batch AS (SELECT ...
     WHERE`` the tenants are known ``), claimed_keys AS (INSERT INTO ledger SELECT ... FROM batch
     WHERE key IS NOT NULL ON CONFLICT DO NOTHING RETURNING job_id) INSERT INTO processing_jobs
     SELECT ... FROM batch WHERE key IS NULL OR id IN claimed_keys RETURNING id``.
     """
-    given = recordset("batch", BATCH_COLUMNS)
+    given = recordset("batch", BATCH_COLUMNS, jsonb=True)
     columns = [name for name, _ in BATCH_COLUMNS]
     if not keyed:
         rows = new_rows(given).where(tenants_known())

@@ -6,7 +6,6 @@ once, on the psycopg connection under the SQLAlchemy one.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
@@ -16,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms.errors import ValidationError
+from dms.jobs._driver import compiled
 from dms.jobs._rows import Claimed, read_claim
 from dms.jobs._statements import (
     claim_statement,
@@ -80,9 +80,9 @@ def claim_outcome(
     if driver.info.transaction_status != _IDLE:
         raise ValidationError("claim_batch runs its own transaction: call it outside one")
     params = claim_params(worker_id, kinds, limit, lease, after_tenant)
-    settings = _compiled(claimer_settings_statement(), conn.dialect)
-    lock = _compiled(lock_limits_statement(kinds is not None), conn.dialect) if limits else None
-    claim = _compiled(claim_statement(kinds is not None, limits), conn.dialect)
+    settings = compiled(claimer_settings_statement(), conn.dialect)
+    lock = compiled(lock_limits_statement(kinds is not None), conn.dialect) if limits else None
+    claim = compiled(claim_statement(kinds is not None, limits), conn.dialect)
     autocommit = driver.autocommit
     cursor = driver.cursor()
     try:
@@ -126,9 +126,3 @@ def _rolled_back(driver: psycopg.Connection[Any]) -> bool:
     except psycopg.Error:
         return False
     return driver.info.transaction_status == _IDLE
-
-
-@functools.cache
-def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> sa.Compiled:
-    """``statement`` compiled once for ``dialect``, for the driver-level execution above."""
-    return sa.ClauseElement.compile(statement, dialect=dialect)  # type: ignore[arg-type]

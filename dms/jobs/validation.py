@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
+from json.encoder import encode_basestring
 from typing import Any
 
 from dms.domain.validation import shown, unstorable
@@ -51,6 +52,12 @@ _LARGE_EXPONENT = re.compile(r"[0-9]e\+[0-9]")
 #: Made once: ``json.dumps`` with non-default options builds an encoder per call (1 µs).
 #: Surrogates are written as themselves, so that they can be told from astral characters.
 _STRICT_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+#: The C encoder's constructor (``None`` without the accelerator), called with the arguments
+#: that ``JSONEncoder.iterencode`` gives it for :data:`_STRICT_JSON`, unchanged from Python
+#: 3.6 to 3.13 (a test compares the two encoders' results).
+_make_encoder: Callable[..., Callable[[object, int], Iterable[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
 
 
 def require_name(field: str, value: object) -> str:
@@ -125,8 +132,8 @@ def require_run_at(value: object) -> datetime:
         ) from None
 
 
-def require_json(payload: object) -> None:
-    r"""``payload`` is JSON that ``jsonb`` stores and gives back equal.
+def require_json(payload: object) -> str:
+    r"""``payload`` is JSON that ``jsonb`` stores and gives back equal; return its JSON text.
 
     Refused: what is not JSON (bytes, sets, NaN, ...), what JSON would change (tuples, keys
     that are not strings), ``None`` (``jsonb`` cannot tell a missing payload from ``null``
@@ -137,14 +144,67 @@ def require_json(payload: object) -> None:
     if payload is None:
         raise ValidationError("payload must not be None: use {} for a job without arguments")
     try:
-        text = _STRICT_JSON.encode(payload)
-        decoded = json.loads(text)
+        text = strict_json(payload)
     except RecursionError:
         raise ValidationError(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
     _require_payload_text(text)
-    _require_payload_value(payload, decoded, text)
+    if not _flat(payload):
+        try:
+            decoded = json.loads(text)
+        except RecursionError:
+            raise ValidationError(
+                f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+            ) from None
+        _require_payload_value(payload, decoded, text)
+    return text
+
+
+def strict_json(value: object) -> str:
+    """``value`` as JSON text, as :data:`_STRICT_JSON` writes it (errors included).
+
+    Through the C encoder that ``JSONEncoder.encode`` itself builds, built here directly: the
+    method's Python layers (``encode``, ``iterencode``) cost 0.9 µs of the 1.5 µs a small
+    payload takes, once per enqueued job. A new ``markers`` dict per call (the circular
+    reference check) keeps it thread-safe, as the method's own.
+    """
+    if _make_encoder is None:  # an interpreter without the C accelerator
+        return _STRICT_JSON.encode(value)
+    encode = _make_encoder(
+        {},
+        _STRICT_JSON.default,
+        encode_basestring,
+        None,
+        _STRICT_JSON.key_separator,
+        _STRICT_JSON.item_separator,
+        False,
+        False,
+        False,
+    )
+    return "".join(encode(value, 0))
+
+
+#: Types whose values JSON gives back equal, and as the same type (exact types: a subclass
+#: such as an ``IntEnum`` member is written as its base type's value).
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _flat(payload: object) -> bool:
+    """Whether ``payload`` is a dict of ``str`` keys to plain values (:data:`_PLAIN`).
+
+    The usual payload (ids and options). Such a payload reads back equal once encoded: no
+    tuple, no key that JSON would make a string, no nesting, no float (one of 1e16 or more
+    would read back as an int); its text was checked for NUL and lone surrogates. Decoding it
+    again, to compare, would cost more than encoding it did.
+    """
+    if type(payload) is not dict:
+        return False
+    # A loop rather than all() over a generator: half the time, for a few items.
+    for key, value in payload.items():
+        if type(key) is not str or type(value) not in _PLAIN:
+            return False
+    return True
 
 
 def _require_payload_text(text: str) -> None:

@@ -5,10 +5,12 @@ Other tests may share the database: every assertion is filtered by the test's ow
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -103,3 +105,23 @@ def tenants(engine: Engine) -> Iterator[Callable[[int], list[str]]]:
     with engine.begin() as conn:
         for name in made:
             tenancy.unregister(conn, name)  # its jobs go with it (ON DELETE CASCADE)
+
+
+def frontend_messages(conn: Connection, call: Callable[[], object]) -> list[str]:
+    """The protocol messages the client sends during ``call()`` (libpq's trace), by type."""
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    with tempfile.TemporaryFile("w+") as trace:
+        driver.pgconn.trace(trace.fileno())
+        driver.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            call()
+        finally:
+            driver.pgconn.untrace()
+        trace.seek(0)
+        lines = [line.split("\t") for line in trace.read().splitlines()]
+    return [
+        fields[2] + fields[3] if fields[2] == "Parse" else fields[2]
+        for fields in lines
+        if fields[0] == "F"
+    ]

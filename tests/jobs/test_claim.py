@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -17,6 +16,7 @@ from dms.errors import ValidationError
 from dms.jobs import _statements as statements
 from dms.jobs import claims, validation
 from dms.jobs.tables import processing_jobs
+from tests.jobs.conftest import frontend_messages
 
 LONG_LEASE = timedelta(minutes=5)
 
@@ -110,26 +110,6 @@ def test_a_failed_claim_raises_a_dbapi_error_and_leaves_no_transaction(
         assert conn.invalidated  # the pool will not hand the dead connection out again
 
 
-def _frontend_messages(conn: sa.Connection, call: Any) -> list[str]:
-    """The protocol messages the client sends during ``call()`` (libpq's trace), by type."""
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, psycopg.Connection)
-    with tempfile.TemporaryFile("w+") as trace:
-        driver.pgconn.trace(trace.fileno())
-        driver.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            call()
-        finally:
-            driver.pgconn.untrace()
-        trace.seek(0)
-        lines = [line.split("\t") for line in trace.read().splitlines()]
-    return [
-        fields[2] + fields[3] if fields[2] == "Parse" else fields[2]
-        for fields in lines
-        if fields[0] == "F"
-    ]
-
-
 @pytest.mark.parametrize("isolation", ["READ COMMITTED", "AUTOCOMMIT"])
 def test_a_claim_is_one_round_trip(engine: Engine, tenant: str, kind: str, isolation: str) -> None:
     with engine.begin() as conn:
@@ -141,7 +121,7 @@ def test_a_claim_is_one_round_trip(engine: Engine, tenant: str, kind: str, isola
         def claim() -> None:
             assert len(jobs.claim_batch(conn, "w", kinds=[kind], limit=5, lease=LONG_LEASE)) == 1
 
-        sent = _frontend_messages(conn, claim)
+        sent = frontend_messages(conn, claim)
         driver = conn.connection.driver_connection
         assert driver.autocommit is (isolation == "AUTOCOMMIT")  # type: ignore[union-attr]
     # One Sync: the server answers everything at once, BEGIN to COMMIT.

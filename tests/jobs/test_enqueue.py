@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import Engine
 
 from dms import jobs
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
+from dms.jobs import validation
+from dms.jobs._statements import NOTIFY_CHANNEL
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.tables import job_idempotency_keys, processing_jobs
 from dms.uow import UnitOfWork
-from tests.jobs.conftest import count_jobs
+from tests.jobs.conftest import count_jobs, frontend_messages
 
 
 def test_enqueue_returns_a_queued_job(engine: Engine, tenant: str, kind: str) -> None:
@@ -243,3 +249,178 @@ def test_a_keyed_batch_with_an_unknown_tenant_writes_nothing(
         assert count_jobs(conn, kind) == 0
         keys = conn.scalar(sa.select(sa.func.count()).where(job_idempotency_keys.c.kind == kind))
         assert keys == 0
+
+
+def _watched(conn: sa.Connection, watched: bool) -> list[str]:
+    """The statements SQLAlchemy runs on ``conn`` from now on, if ``watched``.
+
+    A listener makes the queue run its statements through SQLAlchemy (so that tracing sees
+    them); without one, enqueue runs them on the driver connection (dms.jobs._driver).
+    """
+    statements: list[str] = []
+    if watched:
+
+        def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+            statements.append(statement)
+
+        sa.event.listen(conn, "before_cursor_execute", record)
+    return statements
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_direct_and_sqlalchemy_execution_enqueue_alike(
+    engine: Engine, tenant: str, kind: str, watched: bool
+) -> None:
+    with engine.begin() as conn:
+        existing, _ = jobs.enqueue(conn, kind, {}, tenant=tenant, idempotency_key="old")
+    later = datetime(2030, 1, 2, tzinfo=timezone.utc)
+    batch = [
+        jobs.NewJob(kind=kind, payload={"i": i, "l": [i]}, tenant=tenant, idempotency_key=key)
+        for i, key in enumerate(["a", None, "old", "a", None])
+    ] + [jobs.NewJob(kind=kind, payload="é", tenant=tenant, run_at=later, priority=-2)]
+    # Not begun: the enqueue begins the transaction as conn.execute would, commit() commits it.
+    with engine.connect() as conn:
+        statements = _watched(conn, watched)
+        results = jobs.enqueue_many(conn, batch)
+        conn.commit()
+    # Watched, SQLAlchemy ran the insert (then the reads of the keys that were taken).
+    assert ("jsonb_to_recordset" in statements[0]) if watched else statements == []
+    assert [r.created for r in results] == [True, True, False, False, True, True]
+    assert results[2].job_id == existing
+    assert results[3].job_id == results[0].job_id
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 5
+        last = jobs.get(conn, results[5].job_id)
+        assert (last.payload, last.run_at, last.priority) == ("é", later, -2)
+        assert jobs.get(conn, results[0].job_id).payload == {"i": 0, "l": [0]}
+    # And rolled back, nothing stays.
+    with engine.connect() as conn:
+        _watched(conn, watched)
+        jobs.enqueue_many(conn, [jobs.NewJob(kind=kind, payload={}, tenant=tenant)])
+        conn.rollback()
+        assert count_jobs(conn, kind) == 5
+
+
+def test_an_enqueue_on_an_autocommit_connection_is_one_round_trip(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    batch = [jobs.NewJob(kind=kind, payload={"i": i}, tenant=tenant) for i in range(3)]
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        sent = frontend_messages(conn, lambda: jobs.enqueue_many(conn, batch))
+    assert sent.count("Execute") == 1
+    assert sent.count("Sync") == 1
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 3
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_the_wake_up_is_delivered_when_the_enqueue_commits(
+    engine: Engine, database_url: sa.URL, tenant: str, kind: str, watched: bool
+) -> None:
+    dsn = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+        with engine.connect() as conn:
+            _watched(conn, watched)
+            jobs.enqueue(conn, kind, {}, tenant=tenant)
+            assert list(listener.notifies(timeout=0.3, stop_after=1)) == []  # not before commit
+            conn.commit()
+        woken = list(listener.notifies(timeout=10, stop_after=1))
+    assert [n.channel for n in woken] == [NOTIFY_CHANNEL]
+
+
+def test_the_payload_enqueued_is_the_one_validated(engine: Engine, tenant: str, kind: str) -> None:
+    payload: dict[str, Any] = {"n": 1}
+    job = jobs.NewJob(kind=kind, payload=payload, tenant=tenant)
+    payload["n"] = float("nan")  # changed after validation: not what is sent
+    with engine.begin() as conn:
+        (result,) = jobs.enqueue_many(conn, [job])
+        assert jobs.get(conn, result.job_id).payload == {"n": 1}
+
+
+class _Lying(int):
+    """An int that prints as JSON that would close its field and set the tenant."""
+
+    def __repr__(self) -> str:
+        return '0,"tenant":"other"'
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return repr(self)
+
+
+def test_values_cannot_write_other_fields_of_the_batch(
+    engine: Engine, tenant: str, kind: str
+) -> None:
+    odd_kind = kind + '","tenant":"other'
+    with engine.begin() as conn:
+        (result,) = jobs.enqueue_many(
+            conn,
+            [jobs.NewJob(kind=odd_kind, payload={}, tenant=tenant, priority=_Lying(7))],
+        )
+        job = jobs.get(conn, result.job_id)
+    assert (job.tenant, job.kind, job.priority) == (tenant, odd_kind, 7)
+
+
+def test_new_job_takes_its_fields_as_keywords_with_their_defaults() -> None:
+    # NewJob's __init__ is written by hand (speed): it must stay the one @dataclass would make.
+    parameters = inspect.signature(jobs.NewJob).parameters
+    fields = [f for f in dataclasses.fields(jobs.NewJob) if f.init]
+    assert list(parameters) == [f.name for f in fields]
+    for f in fields:
+        assert parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+        default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        assert parameters[f.name].default == default
+    job = jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=3)
+    moved = dataclasses.replace(job, priority=4)
+    assert moved == jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=4)
+    assert moved._payload_json == job._payload_json
+    assert repr(job).startswith("NewJob(kind='k', payload={'a': [1]}, tenant='acme'")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.kind = "other"  # type: ignore[misc]
+
+
+class _Sly(str):
+    """A str that claims to equal (and hash as) any valid name it is looked up among."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("acme")
+
+
+def test_names_found_valid_before_are_not_taken_for_lookalikes() -> None:
+    jobs.NewJob(kind="acme", payload={}, tenant="acme")  # both remembered as valid
+    with pytest.raises(ValidationError):
+        jobs.NewJob(kind=_Sly("nul \x00"), payload={}, tenant="acme")
+    with pytest.raises(InvalidTenantName):
+        jobs.NewJob(kind="acme", payload={}, tenant=_Sly("Not A Slug"))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"n": 1}, {"é": ["\u2028", 1.5, None, True, {"x": []}]}, [1, "a"], "s", 3, 2.5, 10**30],
+)
+def test_strict_json_writes_what_the_encoder_writes(payload: Any) -> None:
+    assert validation.strict_json(payload) == validation._STRICT_JSON.encode(payload)
+
+
+@pytest.mark.parametrize(
+    "payload", [{"x": float("nan")}, {1: {2}}, {"b": b"x"}], ids=["nan", "set", "bytes"]
+)
+def test_strict_json_refuses_what_the_encoder_refuses(payload: Any) -> None:
+    with pytest.raises((TypeError, ValueError)) as expected:
+        validation._STRICT_JSON.encode(payload)
+    with pytest.raises(expected.type, match=str(expected.value)):
+        validation.strict_json(payload)
+
+
+def test_strict_json_refuses_a_circular_payload() -> None:
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(ValueError, match="Circular reference"):
+        validation.strict_json(circular)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 import uuid
 
+import pytest
+
+from dms.jobs import _ids
 from dms.jobs._ids import new_job_ids, uuid_of
 
 
@@ -70,3 +74,41 @@ def test_uuid_of_builds_the_same_uuid_as_its_constructor() -> None:
     assert hash(made) == hash(expected)
     assert str(made) == str(expected)
     assert made.is_safe is expected.is_safe
+
+
+def _one_at_a_time(last: tuple[int, int], now_ms: int, drawn: int, count: int) -> list[int]:
+    """The ids as RFC 9562 method 2 makes them, one increment per id (the reference)."""
+    ms, random = last
+    values = []
+    for _ in range(count):
+        if now_ms > ms:
+            ms, random = now_ms, drawn
+        elif random < _ids._RANDOM_MASK:
+            random += 1
+        else:
+            ms, random = ms + 1, drawn
+        values.append(_ids._layout(ms, random))
+    return values
+
+
+@pytest.mark.parametrize(
+    ("last", "drawn"),
+    [
+        ((0, 0), 12345),  # a new millisecond
+        ((0, 0), 0),
+        ((0, 0), _ids._RAND_B_MASK - 3),  # a new millisecond whose draw carries into rand_a
+        ((2**40, 7), 1),  # the same millisecond (the clock is behind the last id)
+        ((2**40, (5 << 62) | (_ids._RAND_B_MASK - 3)), 1),  # incrementing carries into rand_a
+        ((2**40, _ids._RANDOM_MASK - 3), 99),  # the counter overflows: the next millisecond
+    ],
+)
+def test_a_call_makes_the_ids_of_one_increment_each(
+    monkeypatch: pytest.MonkeyPatch, last: tuple[int, int], drawn: int
+) -> None:
+    now_ms = 2**39
+    monkeypatch.setattr(_ids, "_last", last)
+    monkeypatch.setattr(time, "time_ns", lambda: now_ms * 1_000_000)
+    monkeypatch.setattr(secrets, "randbits", lambda bits: drawn)
+    expected = _one_at_a_time(last, now_ms, drawn, 13)
+    assert [job_id.int for job_id in new_job_ids(10)] == expected[:10]
+    assert [job_id.int for job_id in new_job_ids(3)] == expected[10:]  # and the next call on
