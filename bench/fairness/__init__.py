@@ -1,6 +1,7 @@
 """Fairness between tenants: one tenant's backlog against ten tenants' trickle of jobs.
 
-``python -m bench.fairness`` (:mod:`bench.fairness.run`); each system's side in a module of its
-own (:mod:`bench.fairness.dms_side`, :mod:`bench.fairness.pgqueuer_side`), what they share in
+dms.jobs (:mod:`bench.fairness.dms_side`) against pgqueuer and procrastinate
+(:mod:`bench.fairness.pgqueuer_side`, :mod:`bench.fairness.procrastinate_side`), side by side
+in one run: ``python -m bench.fairness`` (:mod:`bench.fairness.run`); what they share in
 :mod:`bench.fairness.common`.
 """

@@ -30,7 +30,7 @@ from bench.fairness.common import Outcome, Scenario
 from dms.db import normalize_url
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "fairness.md"
-SYSTEMS = ("dms", "pgqueuer")
+SYSTEMS = ("dms", "pgqueuer", "procrastinate")
 
 
 def _runner(system: str) -> Callable[[URL, Scenario], list[Outcome]]:
