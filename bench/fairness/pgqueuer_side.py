@@ -10,9 +10,12 @@ first, comes first.
 The worker is one ``QueueManager`` with ``max_concurrent_tasks`` = the scenario's concurrency
 (its only global cap: without it the manager starts every job it can dequeue, 200,000 tasks at
 once) and the largest batch that cap allows (``batch_size`` = half of it, pgqueuer refuses
-more). Handlers are coroutines sleeping ``handler_ms``. Configurations (:data:`CONFIGURATIONS`):
-no limit, and the same ``concurrency_limit`` on every entrypoint (a per-tenant limit), which
-an operator can set in advance for every tenant.
+more; a probe with 20,000 jobs and batch 1 drained the backlog slower and, with the limit, left
+the small tenants' jobs waiting for seconds). Handlers are coroutines sleeping ``handler_ms``.
+Configurations (:func:`configurations`): no limit; the same ``concurrency_limit`` on every
+entrypoint (a per-tenant limit), which an operator can set in advance for every tenant; and,
+labelled as knowing the future, no limit with the small tenants' jobs at a higher
+``priority`` than the backlog's.
 """
 
 from __future__ import annotations
@@ -38,30 +41,41 @@ SYSTEM = "pgqueuer"
 
 @dataclass(frozen=True)
 class Configuration:
-    """A label for the table and every entrypoint's ``concurrency_limit`` (0: none)."""
+    """A label for the table, every entrypoint's ``concurrency_limit`` (0: none), the batch."""
 
     label: str
     limit: int
+    batch_size: int
+    small_priority: int = 0
 
 
 def configurations(scenario: Scenario) -> tuple[Configuration, ...]:
-    """No limit; and a limit of all but one slot of the worker on every tenant's entrypoint."""
+    """No limit; all but one of the worker's slots as every tenant's limit; small ones first."""
     limit = max(1, scenario.concurrency - 1)
+    batch = max(1, scenario.concurrency // 2)
     return (
-        Configuration("entrypoint per tenant, no limit", 0),
+        Configuration("entrypoint per tenant, no limit", 0, batch),
         Configuration(
-            f"entrypoint per tenant, concurrency_limit={limit} each (a per-tenant limit)", limit
+            f"entrypoint per tenant, concurrency_limit={limit} each (a per-tenant limit)",
+            limit,
+            batch,
+        ),
+        Configuration(
+            "entrypoint per tenant, small tenants at priority 1 (knows the future)",
+            0,
+            batch,
+            small_priority=1,
         ),
     )
 
 
 def run(server: URL, scenario: Scenario) -> list[Outcome]:
-    """The bulk alone without a limit, then every configuration with the trickle.
+    """The bulk alone in the first configuration, then every configuration with the trickle.
 
     Each run on a database of its own, with the whole backlog enqueued before it starts.
     """
-    plain, *limited = configurations(scenario)
-    runs = [(plain, False), (plain, True), *((each, True) for each in limited)]
+    every = configurations(scenario)
+    runs = [(every[0], False), *((each, True) for each in every)]
     outcomes = []
     for configuration, with_trickle in runs:
         with temporary_database(server, prefix="dms_bench_fair_pgq") as url:
@@ -95,11 +109,13 @@ async def _run(
     for tenant in (BULK, *SMALL):
         manager.entrypoint(tenant, concurrency_limit=configuration.limit)(handle)
     stop = threading.Event()
-    trickler = threading.Thread(target=_trickle, args=(dsn, stamps, stop), daemon=True)
+    trickler = threading.Thread(
+        target=_trickle, args=(dsn, configuration.small_priority, stamps, stop), daemon=True
+    )
     began = time.perf_counter()
     consumer = asyncio.create_task(
         manager.run(
-            batch_size=max(1, scenario.concurrency // 2),
+            batch_size=configuration.batch_size,
             max_concurrent_tasks=scenario.concurrency,
         )
     )
@@ -116,7 +132,7 @@ async def _run(
     return stamps.outcome(SYSTEM, configuration.label, began=began, ended=ended, bulk=scenario.bulk)
 
 
-def _trickle(dsn: str, stamps: Stamps, stop: threading.Event) -> None:
+def _trickle(dsn: str, priority: int, stamps: Stamps, stop: threading.Event) -> None:
     """The small tenants' jobs, from this thread's own event loop and connection."""
     loop = asyncio.new_event_loop()
     conn = loop.run_until_complete(asyncpg.connect(dsn))
@@ -124,7 +140,7 @@ def _trickle(dsn: str, stamps: Stamps, stop: threading.Event) -> None:
 
     def enqueue(tenant: str, key: str) -> None:
         stamps.send(key)
-        loop.run_until_complete(queries.enqueue(tenant, key.encode()))
+        loop.run_until_complete(queries.enqueue(tenant, key.encode(), priority))
 
     try:
         trickle(stop, enqueue)
