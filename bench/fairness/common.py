@@ -24,6 +24,9 @@ class Scenario:
     handler_ms: float
     #: How long the small tenants trickle for the systems whose runs are bounded by time.
     window_s: float
+    #: Whether pgqueuer's and procrastinate's tables are analyzed once the backlog is in (as
+    #: autovacuum would be within a minute or so), rather than planned as an empty queue.
+    analyze: bool = True
 
 
 @dataclass(kw_only=True)

@@ -95,6 +95,8 @@ async def _run(
     for start in range(0, scenario.bulk, ENQUEUE_BATCH):
         size = min(ENQUEUE_BATCH, scenario.bulk - start)
         await queries.enqueue([BULK] * size, [None] * size, [0] * size)
+    if scenario.analyze:
+        await conn.execute("ANALYZE pgqueuer")
     await conn.close()
 
     stamps = Stamps()

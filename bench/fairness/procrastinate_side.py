@@ -102,6 +102,8 @@ async def _run(
             await bulk.batch_defer_async(
                 *({} for _ in range(min(ENQUEUE_BATCH, scenario.bulk - start)))
             )
+        if scenario.analyze:
+            await app.connector.execute_query_async("ANALYZE procrastinate_jobs")
         stop = threading.Event()
         trickler = threading.Thread(
             target=_trickle, args=(conninfo, configuration, stamps, stop), daemon=True
