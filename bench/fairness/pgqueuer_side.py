@@ -32,7 +32,16 @@ from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 from sqlalchemy.engine import URL
 
-from bench.fairness.common import BULK, ENQUEUE_BATCH, SMALL, Outcome, Scenario, Stamps, trickle
+from bench.fairness.common import (
+    BULK,
+    ENQUEUE_BATCH,
+    SMALL,
+    Outcome,
+    Scenario,
+    Stamps,
+    trickle,
+    without_jit,
+)
 from bench.jobs import pgqueuer_queue
 from dms.testing import temporary_database
 
@@ -79,6 +88,7 @@ def run(server: URL, scenario: Scenario) -> list[Outcome]:
     outcomes = []
     for configuration, with_trickle in runs:
         with temporary_database(server, prefix="dms_bench_fair_pgq") as url:
+            without_jit(url)
             dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
             pgqueuer_queue.prepare(dsn)
             outcomes.append(

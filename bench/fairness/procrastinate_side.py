@@ -27,7 +27,15 @@ from typing import Any
 import procrastinate
 from sqlalchemy.engine import URL
 
-from bench.fairness.common import BULK, ENQUEUE_BATCH, Outcome, Scenario, Stamps, trickle
+from bench.fairness.common import (
+    BULK,
+    ENQUEUE_BATCH,
+    Outcome,
+    Scenario,
+    Stamps,
+    trickle,
+    without_jit,
+)
 from bench.jobs import procrastinate_queue
 from dms.testing import temporary_database
 
@@ -64,6 +72,7 @@ def run(server: URL, scenario: Scenario) -> list[Outcome]:
     outcomes = []
     for configuration, with_trickle in runs:
         with temporary_database(server, prefix="dms_bench_fair_proc") as url:
+            without_jit(url)
             conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
             procrastinate_queue.prepare(conninfo)
             outcomes.append(
