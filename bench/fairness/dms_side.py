@@ -1,0 +1,144 @@
+"""dms.jobs: one tenant's backlog against ten tenants' trickle of jobs, run until it is drained.
+
+Tenant ``bulk`` enqueues the whole backlog at once; ten other tenants each enqueue one job per
+second while a ``dms.jobs.Worker`` (``concurrency`` threads, handlers sleeping ``handler_ms``)
+drains the queue. Unlike the other systems' runs, this one is not bounded by time: the trickle
+lasts until the backlog is drained, and the run until every job is done. The ten tenants'
+enqueue-to-start waits come from the rows' ``created_at`` and ``started_at``; the backlog's
+drain rate is its size over the time until no bulk job is left.
+
+Each entry of :data:`CONFIGURATIONS` is one more pair of runs on the same database (the bulk
+alone, then with the trickle): a per-tenant limit is one more entry, with the Worker's options
+that set it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine
+
+from bench.fairness.common import BULK, ENQUEUE_BATCH, SMALL, Outcome, Scenario, trickle
+from dms import jobs, migrations, tenancy
+from dms.jobs.tables import processing_jobs as table
+from dms.testing import temporary_database
+from dms.users import create_users_stand_in
+
+SYSTEM = "dms.jobs"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One way to run the Worker: a label for the table and the Worker's extra options."""
+
+    label: str
+    worker_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: The Worker's configurations, each run alone and with the trickle.
+CONFIGURATIONS = (Configuration("claims shared between tenants (no limit)"),)
+
+
+def run(server: URL, scenario: Scenario) -> list[Outcome]:
+    """Every configuration, the bulk alone and then with the trickle, on one database."""
+    outcomes = []
+    with temporary_database(server, prefix="dms_bench_fair") as url:
+        engine = _prepare(url)
+        try:
+            for configuration in CONFIGURATIONS:
+                for with_trickle in (False, True):
+                    outcomes.append(
+                        _run(url, engine, scenario, configuration, with_trickle=with_trickle)
+                    )
+        finally:
+            engine.dispose()
+    return outcomes
+
+
+def _prepare(url: URL) -> Engine:
+    engine = sa.create_engine(url)
+    create_users_stand_in(engine)
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        for name in (BULK, *SMALL):
+            tenancy.register(conn, name)  # jobs need the registry row only
+    return engine
+
+
+def _run(
+    url: URL,
+    engine: Engine,
+    scenario: Scenario,
+    configuration: Configuration,
+    *,
+    with_trickle: bool,
+) -> Outcome:
+    kind = f"bench.fair.{uuid.uuid4().hex[:8]}"
+    with engine.begin() as conn:
+        for start in range(0, scenario.bulk, ENQUEUE_BATCH):
+            batch = min(ENQUEUE_BATCH, scenario.bulk - start)
+            jobs.enqueue_many(conn, [jobs.NewJob(kind=kind, payload={}, tenant=BULK)] * batch)
+    pause = scenario.handler_ms / 1000
+
+    def handle(transaction: object, job: jobs.Job, /) -> None:
+        time.sleep(pause)
+
+    def enqueue(tenant: str, key: str) -> None:
+        with engine.begin() as conn:
+            jobs.enqueue(conn, kind, {}, tenant=tenant)
+
+    worker_engine = sa.create_engine(url, pool_size=scenario.concurrency + 5, pool_pre_ping=True)
+    stop = threading.Event()
+    trickler = threading.Thread(target=trickle, args=(stop, enqueue), daemon=True)
+    started = time.perf_counter()
+    with jobs.Worker(
+        worker_engine,
+        {kind: handle},
+        concurrency=scenario.concurrency,
+        lease=timedelta(minutes=5),
+        **configuration.worker_options,
+    ):
+        if with_trickle:
+            trickler.start()
+        while _left(engine, kind, BULK):
+            time.sleep(0.05)
+        drained = time.perf_counter() - started
+        stop.set()
+        if with_trickle:
+            trickler.join()
+        while _left(engine, kind, None):
+            time.sleep(0.05)
+    worker_engine.dispose()
+    return Outcome(
+        system=SYSTEM,
+        configuration=configuration.label,
+        trickle=with_trickle,
+        bulk_started=scenario.bulk,
+        bulk_seconds=drained,
+        drained=True,
+        waits_ms=_small_waits(engine, kind),
+    )
+
+
+def _left(engine: Engine, kind: str, tenant: str | None) -> bool:
+    query = sa.select(sa.func.count()).where(
+        table.c.kind == kind, table.c.state.in_(["queued", "running"])
+    )
+    if tenant is not None:
+        query = query.where(table.c.tenant == tenant)
+    with engine.connect() as conn:
+        return bool(conn.scalar(query))
+
+
+def _small_waits(engine: Engine, kind: str) -> list[float]:
+    wait = sa.func.extract("epoch", table.c.started_at - table.c.created_at) * 1000
+    query = sa.select(wait).where(table.c.kind == kind, table.c.tenant != BULK)
+    with engine.connect() as conn:
+        return [float(value) for value in conn.scalars(query)]
