@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dms.jobs.model import Job
 from dms.jobs.worker._window import Window, capacity, claim_size, room_left
@@ -52,8 +52,21 @@ class Claim:
 class ClaimBook:
     """Held claims and the room for more, shared by a worker's parts (thread-safe)."""
 
-    def __init__(self, *, runners: int, prefetch: int, batch_size: int, now: float) -> None:
-        """Room for ``runners`` running jobs, plus up to ``prefetch`` claimed ahead."""
+    def __init__(
+        self,
+        *,
+        runners: int,
+        prefetch: int,
+        batch_size: int,
+        now: float,
+        on_free: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Room for ``runners`` running jobs, plus up to ``prefetch`` claimed ahead.
+
+        ``on_free`` is called (without the book's lock) whenever jobs are let go with their
+        outcome recorded: a job no longer running in the database.
+        """
+        self._on_free = on_free
         self._runners = runners
         self._batch_size = batch_size
         self._window = Window(floor=runners, ceiling=prefetch, now=now)
@@ -169,7 +182,9 @@ class ClaimBook:
             else:
                 self._drop(claim)
             self._wake_claimers()
-            return acking
+        if not acking:
+            self._on_free()
+        return acking
 
     def settling(self, claims: Sequence[Claim]) -> None:
         """Note that the outcome of ``claims`` is being recorded: renew them no more."""
@@ -189,6 +204,8 @@ class ClaimBook:
             if lost_track and claims:
                 self._suspect = True
             self._wake_claimers()
+        if claims:
+            self._on_free()
 
     def _drop(self, claim: Claim) -> None:
         """Forget ``claim`` (lock held); idempotent, so two paths may both let it go."""

@@ -174,7 +174,7 @@ class Claimer:
                 limits=self._limits,
             )
         )
-        self._limits = claimed.limits
+        self._limits = self._wakeup.limited = claimed.limits
         self._book.round_trip(time.monotonic() - started)
         self._after_tenant = next_after(claimed.jobs, limit, self._after_tenant)
         return claimed

@@ -34,6 +34,18 @@ class Wakeup:
         self._stopping = stopping
         self._condition = threading.Condition()
         self.generation = 0
+        # Set by the claimers: whether their last claim saw that some tenant has limits.
+        self.limited = False
+
+    def wake_if_limited(self) -> None:
+        """A job of this worker was recorded finished: wake the claimers if limits held them.
+
+        A limited tenant's finished job is room under its limit that no notification
+        announces; without this, a claimer held back by a limit would wait for its next poll
+        (a tenant limited to 3 running jobs of 1 ms drained 71 jobs/s, measured, not 2,000).
+        """
+        if self.limited:
+            self.wake()
 
     def wake(self) -> None:
         """Wake every waiting claimer.

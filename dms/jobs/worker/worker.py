@@ -139,15 +139,16 @@ class Worker(Generic[U]):
         # its grace period keeps its lease.
         self._renewals_end = threading.Event()
         self._tally = Tally(self._concurrency)
+        self._wakeup = Wakeup(self._stopping)
         self._book = ClaimBook(
             runners=self._concurrency,
             prefetch=self._prefetch,
             batch_size=self._batch_size,
             now=time.monotonic(),
+            on_free=self._wakeup.wake_if_limited,
         )
         self._ready: queue.SimpleQueue[Claim] = queue.SimpleQueue()
         self._acks: queue.SimpleQueue[Claim] = queue.SimpleQueue()
-        self._wakeup = Wakeup(self._stopping)
         self._settler = Settler(
             engine, book=self._book, tally=self._tally, worker=self.name, backoff=self._backoff
         )
