@@ -480,16 +480,7 @@ def _allowances(held: sa.ColumnElement[Any]) -> sa.CTE:
     kind) and the whole tokens of the rate limit. One scan of the running rows
     (``ix_processing_jobs_lease``), only for the held tenants.
     """
-    running = jobs.alias("running")
-    counted = (
-        sa.select(sa.func.count())
-        .where(
-            running.c.state == JobState.RUNNING.value,
-            running.c.tenant == limits.c.tenant,
-            sa.or_(limits.c.kind == "", running.c.kind == limits.c.kind),
-        )
-        .scalar_subquery()
-    )
+    counted = _running_under(limits)
     by_running = sa.case(
         (limits.c.max_running.is_not(None), limits.c.max_running - counted), else_=None
     )
@@ -505,6 +496,20 @@ def _allowances(held: sa.ColumnElement[Any]) -> sa.CTE:
         .where(limits.c.tenant == sa.any_(held))
         .cte("allowances")
         .prefix_with("MATERIALIZED")
+    )
+
+
+def _running_under(limit: sa.Table) -> sa.ScalarSelect[int]:
+    """The jobs ``running`` that a row of ``limit`` counts: its tenant's, of its kind or any."""
+    running = jobs.alias("running")
+    return (
+        sa.select(sa.func.count())
+        .where(
+            running.c.state == JobState.RUNNING.value,
+            running.c.tenant == limit.c.tenant,
+            sa.or_(limit.c.kind == "", running.c.kind == limit.c.kind),
+        )
+        .scalar_subquery()
     )
 
 
@@ -1103,16 +1108,7 @@ def remove_limit_statement() -> sa.Executable:
 
 def list_limits_statement(tenant: str | None) -> sa.Select[Any]:
     """The limits (of ``tenant``), each with the jobs it counts running now, by tenant and kind."""
-    running = jobs.alias("running")
-    counted = (
-        sa.select(sa.func.count())
-        .where(
-            running.c.state == JobState.RUNNING.value,
-            running.c.tenant == limits.c.tenant,
-            sa.or_(limits.c.kind == "", running.c.kind == limits.c.kind),
-        )
-        .scalar_subquery()
-    )
+    counted = _running_under(limits)
     query = sa.select(limits, counted.label("running")).order_by(limits.c.tenant, limits.c.kind)
     if tenant is not None:
         query = query.where(limits.c.tenant == sa.bindparam("tenant"))

@@ -21,6 +21,7 @@ from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._completer import take_batch
 from dms.jobs.worker._settler import PRINTABLE_CHARS, printable_error
 from dms.jobs.worker._supervisor import RUNNER, Supervisor
+from dms.jobs.worker._wakeup import Wakeup
 from dms.jobs.worker._window import claim_size, room_left
 from dms.jobs.worker.stats import Tally
 
@@ -145,6 +146,23 @@ def test_room_comes_back_as_claims_are_settled() -> None:
     book.claimed([], reserved=0)
     book.settled(claims)
     assert book.reserve(stopping, timeout=0.01, now=0.0) == 2
+
+
+def test_jobs_recorded_finished_wake_the_claimers_while_limits_exist() -> None:
+    """Room under a tenant's limit that no notification announces (dms.jobs.limits)."""
+    stopping = threading.Event()
+    wakeup = Wakeup(stopping)
+    book = ClaimBook(runners=3, prefetch=0, batch_size=100, now=0.0, on_free=wakeup.wake_if_limited)
+    first, deferred, recorded = book.claimed([_job(), _job(), _job()], reserved=3)
+    book.finish(first, deferred=False)  # no limits anywhere: nobody is woken
+    unlimited = wakeup.generation
+    wakeup.limited = True
+    assert book.finish(deferred, deferred=True)  # still running in the database: no wake
+    waiting = wakeup.generation
+    book.settled([deferred])  # its completion is recorded
+    completed = wakeup.generation
+    book.finish(recorded, deferred=False)  # recorded in the handler's unit of work
+    assert (unlimited, waiting, completed, wakeup.generation) == (0, 0, 1, 2)
 
 
 def test_no_sweep_is_due_until_a_claim_fails_or_an_outcome_is_given_up() -> None:
