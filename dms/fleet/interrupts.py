@@ -51,6 +51,7 @@ def sigterm_as_interrupt() -> Iterator[Signals]:
     only where it would raise anyway (Python's default handler): an ignored SIGINT stays ignored.
     """
     signals = Signals()
+    _active.append(signals)
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         signals.received.append(signum)
@@ -64,3 +65,18 @@ def sigterm_as_interrupt() -> Iterator[Signals]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _active.remove(signals)
+
+
+#: The signals of the :func:`sigterm_as_interrupt` blocks open now (innermost last).
+_active: list[Signals] = []
+
+
+def stop_here() -> None:
+    """:meth:`Signals.stop_here` of every open :func:`sigterm_as_interrupt` block.
+
+    For library code that runs inside an entry point's block without being handed its
+    :class:`Signals` (the fleet's pool, between two tenants); outside any block, nothing.
+    """
+    for signals in tuple(_active):
+        signals.stop_here()

@@ -45,6 +45,7 @@ from sqlalchemy.exc import DBAPIError
 
 from dms.config import Settings, settings_of
 from dms.db import create_engine
+from dms.fleet.interrupts import stop_here
 from dms.fleet.progress import NoProgress, Progress
 from dms.fleet.report import Outcome, TenantReport
 
@@ -104,6 +105,12 @@ def _run_here(
 ) -> PoolResult:
     reports: list[TenantReport] = []
     for index, item in enumerate(items):
+        try:
+            stop_here()  # between two tenants: a Ctrl-C that a weakref callback swallowed
+        except KeyboardInterrupt:
+            return PoolResult(
+                reports=tuple(reports), pending=tuple(items[index:]), stopped=INTERRUPTED
+            )
         try:
             report = task(engine, parameters, item)
         except KeyboardInterrupt:
@@ -218,6 +225,7 @@ class _Dispatcher:
             self._fill(pool, queue)
             while self.in_flight:
                 self._collect()
+                stop_here()  # a Ctrl-C that a weakref callback swallowed stops the run too
                 self._fill(pool, queue)
         except _WorkerDied:
             return tuple(self.in_flight.values())
