@@ -10,15 +10,18 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import Engine
 
 from dms import jobs, tenancy
 from dms.errors import NotFound, TenantNotFound, ValidationError
+from dms.jobs import _statements as statements
 from dms.jobs.pipeline import claim_outcome
 from dms.jobs.tables import job_limits, processing_jobs
 from tests.jobs.conftest import wait_for
@@ -284,3 +287,34 @@ def test_a_claim_told_of_no_limits_leaves_limited_tenants_out_and_says_they_exis
     assert [job.tenant for job in lean.jobs] == [other, other]
     assert (lean.limited, lean.limits) == (True, True)
     assert [job.tenant for job in full.jobs] == [limited, limited]
+
+
+def test_locking_a_limited_tenant_reads_one_row_of_its_backlog(
+    engine: Engine, kind: str, tenants: Callable[[int], list[str]]
+) -> None:
+    """Behind a backlog, the lock statement probes the queue index, not every queued row."""
+    (tenant,) = tenants(1)
+    _limit(engine, tenant, max_running=1)
+    _enqueue(engine, kind, tenant, 3000)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("ANALYZE dms.processing_jobs"))
+    statement = sa.ClauseElement.compile(
+        statements.lock_limits_statement(True),  # type: ignore[arg-type]
+        dialect=engine.dialect,
+    )
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(
+            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(sql.SQL(statement.string)),
+            statement.construct_params({"kinds": [kind]}),
+        )
+        (plan,) = cursor.fetchone()
+        conn.rollback()
+    read = [node["Actual Rows"] for node in _nodes(plan[0]["Plan"])]
+    assert max(read) < 100, read
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _nodes(child)
