@@ -60,7 +60,8 @@ def run(server: URL, scenario: Scenario) -> list[Outcome]:
     with temporary_database(server, prefix="dms_bench_fair") as url:
         engine = _prepare(url)
         try:
-            for index, configuration in enumerate(CONFIGURATIONS):
+            chosen = CONFIGURATIONS if scenario.with_limit else CONFIGURATIONS[:1]
+            for index, configuration in enumerate(chosen):
                 # The bulk alone once, without limits: what every configuration is measured by.
                 for with_trickle in (False, True) if index == 0 else (True,):
                     outcomes.append(

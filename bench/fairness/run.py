@@ -57,6 +57,11 @@ def main() -> None:
         action="store_true",
         help="leave pgqueuer's and procrastinate's tables unanalyzed after the bulk enqueue",
     )
+    parser.add_argument(
+        "--with-limit",
+        action="store_true",
+        help="dms.jobs also with the bulk tenant limited to 3 running (use a --bulk of 10000)",
+    )
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -69,6 +74,7 @@ def main() -> None:
         handler_ms=args.handler_ms,
         window_s=args.window,
         analyze=not args.no_analyze,
+        with_limit=args.with_limit,
     )
     server = normalize_url(args.url)
     started = datetime.now(timezone.utc)
