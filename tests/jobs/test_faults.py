@@ -54,8 +54,9 @@ MIN_STORM_SECONDS = 8.0
 #: A short lease, so that a job whose worker died is taken over within seconds.
 LEASE = timedelta(seconds=2)
 #: The most jobs of the test's tenant running at once: fewer than the workers' runners and
-#: claims ahead, so that the limit is what holds them back, faults or not.
-LIMIT = 3
+#: claims ahead, so that the limit is what holds them back, faults or not (and not so few that
+#: claims of a few jobs each make the tests slow: 3 cost CI a minute).
+LIMIT = 8
 
 
 @dataclass(frozen=True)
