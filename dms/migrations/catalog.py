@@ -1,10 +1,12 @@
 """What a tenant schema holds, read from the PostgreSQL catalog in a comparable form.
 
-Six aspects of a schema: its tables, columns (type, default, nullability, identity,
-generation, in their order), constraints, indexes, triggers and functions. Each object is one
+Seven aspects of a schema: its tables (with their row-level security switches), columns (type,
+default, nullability, identity, generation, in their order), constraints, indexes, triggers,
+functions and row-level security policies. Each object is one
 :class:`CatalogRow`: a kind, a name (``documents.ix_documents_folder_id``) and its definition
 as the server renders it (``format_type``, ``pg_get_expr``, ``pg_get_constraintdef``,
-``pg_get_indexdef``, ``pg_get_triggerdef``, ``pg_get_functiondef``), with the schema's own
+``pg_get_indexdef``, ``pg_get_triggerdef``, ``pg_get_functiondef``, ``pg_get_expr`` of a
+policy), with the schema's own
 name replaced by ``<schema>``, so that two tenants of the same shape read the same.
 
 For thousands of tenants, :func:`fingerprints` asks the server for one digest per schema and
@@ -44,6 +46,8 @@ _class = sa.table(
     sa.column("relkind"),
     sa.column("relpersistence"),
     sa.column("reloptions"),
+    sa.column("relrowsecurity"),
+    sa.column("relforcerowsecurity"),
 )
 _attribute = sa.table(
     "pg_attribute",
@@ -86,6 +90,16 @@ _trigger = sa.table(
     sa.column("tgenabled"),
     sa.column("tgisinternal"),
 )
+_policy = sa.table(
+    "pg_policy",
+    sa.column("polname"),
+    sa.column("polrelid"),
+    sa.column("polcmd"),
+    sa.column("polpermissive"),
+    sa.column("polroles"),
+    sa.column("polqual"),
+    sa.column("polwithcheck"),
+)
 _proc = sa.table(
     "pg_proc",
     sa.column("oid"),
@@ -95,7 +109,7 @@ _proc = sa.table(
 )
 
 #: The aspects, in the order they are reported.
-ASPECTS = ("table", "column", "constraint", "index", "trigger", "function")
+ASPECTS = ("table", "column", "constraint", "index", "trigger", "function", "policy")
 
 
 @dataclass(frozen=True, order=True)
@@ -159,6 +173,7 @@ def _aspect_queries(schemas: Sequence[str]) -> list[sa.Select[Any]]:
         _indexes(schemas),
         _triggers(schemas),
         _functions(schemas),
+        _policies(schemas),
     ]
 
 
@@ -177,7 +192,13 @@ def _tables(schemas: Sequence[str]) -> sa.Select[Any]:
         sa.literal("table"),
         # As text: the first query of the union types its columns, and a name is cut at 63.
         sa.cast(rel.c.relname, sa.Text),
-        _fields(rel.c.relkind, rel.c.relpersistence, options),
+        _fields(
+            rel.c.relkind,
+            rel.c.relpersistence,
+            options,
+            rel.c.relrowsecurity,
+            rel.c.relforcerowsecurity,
+        ),
     )
 
 
@@ -259,6 +280,24 @@ def _triggers(schemas: Sequence[str]) -> sa.Select[Any]:
         .join_from(rel, _trigger, _trigger.c.tgrelid == rel.c.oid)
         .where(sa.not_(_trigger.c.tgisinternal))
     )
+
+
+def _policies(schemas: Sequence[str]) -> sa.Select[Any]:
+    rel = _relations(schemas).subquery()
+    return sa.select(
+        rel.c.nspname,
+        sa.literal("policy"),
+        rel.c.relname + "." + _policy.c.polname,
+        _fields(
+            _policy.c.polcmd,
+            _policy.c.polpermissive,
+            _policy.c.polroles,
+            _normalised(sa.func.pg_get_expr(_policy.c.polqual, _policy.c.polrelid), rel.c.nspname),
+            _normalised(
+                sa.func.pg_get_expr(_policy.c.polwithcheck, _policy.c.polrelid), rel.c.nspname
+            ),
+        ),
+    ).join_from(rel, _policy, _policy.c.polrelid == rel.c.oid)
 
 
 def _functions(schemas: Sequence[str]) -> sa.Select[Any]:

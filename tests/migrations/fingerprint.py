@@ -64,6 +64,7 @@ class Fingerprint:
     indexes: tuple[Row, ...]
     triggers: tuple[Row, ...]
     functions: tuple[Row, ...]
+    policies: tuple[Row, ...]
 
     def structure(self) -> Fingerprint:
         """Only what table definitions can declare: no triggers, no functions."""
@@ -74,6 +75,7 @@ class Fingerprint:
             indexes=self.indexes,
             triggers=(),
             functions=(),
+            policies=(),
         )
 
     @property
@@ -87,6 +89,7 @@ class Fingerprint:
                 self.indexes,
                 self.triggers,
                 self.functions,
+                self.policies,
             )
         )
 
@@ -164,6 +167,24 @@ _FUNCTIONS = sa.text(
 )
 
 
+# Row-level security: each table's switches (enabled, forced) where one is on, and its policies.
+_POLICIES = sa.text(
+    """
+    SELECT c.relname, '', c.relrowsecurity::text, c.relforcerowsecurity::text, '', '', ''
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = :schema AND (c.relrowsecurity OR c.relforcerowsecurity)
+    UNION ALL
+    SELECT c.relname, p.polname, p.polcmd::text, p.polpermissive::text, p.polroles::text,
+           pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid)
+      FROM pg_policy p
+      JOIN pg_class c ON c.oid = p.polrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = :schema
+     ORDER BY 1, 2
+    """
+)
+
+
 def _normaliser(schema: str) -> re.Pattern[str]:
     # The name as a whole identifier, bare or double-quoted (never inside a longer name).
     escaped = re.escape(schema)
@@ -192,6 +213,7 @@ def fingerprint(conn_or_engine: Connection | Engine, schema: str) -> Fingerprint
         indexes=_rows(conn, _INDEXES, schema),
         triggers=_rows(conn, _TRIGGERS, schema),
         functions=_rows(conn, _FUNCTIONS, schema),
+        policies=_rows(conn, _POLICIES, schema),
     )
 
 

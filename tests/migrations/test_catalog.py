@@ -33,6 +33,7 @@ def _oracle_names(found: Fingerprint) -> set[tuple[str, str]]:
     names |= {("constraint", f"{row[0]}.{row[1]}") for row in found.constraints}
     names |= {("index", f"{row[0]}.{row[1]}") for row in found.indexes}
     names |= {("trigger", f"{row[0]}.{row[1]}") for row in found.triggers}
+    names |= {("policy", f"{row[0]}.{row[1]}") for row in found.policies if row[1]}
     return names | {("function", f"{row[0]}({row[1]})") for row in found.functions}
 
 
