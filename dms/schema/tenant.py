@@ -41,6 +41,7 @@ from dms.domain.model import FieldType
 from dms.domain.validation import (
     FIELD_NAME_MAX_CHARS,
     FOLDER_NAME_MAX_CHARS,
+    GROUP_NAME_MAX_CHARS,
     OPTION_MAX_CHARS,
     TAG_NAME_MAX_CHARS,
     TITLE_MAX_CHARS,
@@ -111,6 +112,23 @@ def _deleted_at() -> sa.Column[object]:
     return sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True)
 
 
+#: The root's access scope and the principal "everyone" (migration 0016, docs/access.md).
+NIL_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _access_columns() -> tuple[sa.Column[object], ...]:
+    """Who owns a folder or document, and the access scope it falls under (kept by triggers)."""
+    return (
+        sa.Column("owner_id", sa.Uuid, sa.ForeignKey("known_users.id", ondelete="SET NULL")),
+        sa.Column(
+            "access_scope",
+            sa.Uuid,
+            nullable=False,
+            server_default=sa.text(f"'{NIL_ID}'::uuid"),
+        ),
+    )
+
+
 #: The IAM service's table, declared only so that foreign keys can name it; never created here.
 users = sa.Table("users", metadata, sa.Column("id", sa.Uuid, primary_key=True), schema=USERS_SCHEMA)
 
@@ -134,6 +152,8 @@ folders = sa.Table(
     _created_at(),
     _updated_at(),
     _deleted_at(),
+    *_access_columns(),
+    sa.Column("inherits", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.CheckConstraint(
         f"btrim(name) <> '' AND strpos(name, '/') = 0 AND length(name) <= {FOLDER_NAME_MAX_CHARS}",
         name="name_valid",
@@ -142,6 +162,8 @@ folders = sa.Table(
 )
 sa.Index("ix_folders_parent_id", folders.c.parent_id)
 sa.Index("ix_folders_created_by", folders.c.created_by)
+sa.Index("ix_folders_owner_id", folders.c.owner_id)
+sa.Index("ix_folders_access_scope", folders.c.access_scope)
 sa.Index(
     "uq_folders_sibling_name",
     folders.c.parent_id,
@@ -163,6 +185,7 @@ documents = sa.Table(
     _created_at(),
     _updated_at(),
     _deleted_at(),
+    *_access_columns(),
     sa.CheckConstraint(
         f"btrim(title) <> '' AND length(title) <= {TITLE_MAX_CHARS}", name="title_valid"
     ),
@@ -177,6 +200,8 @@ documents = sa.Table(
 )
 sa.Index("ix_documents_folder_id", documents.c.folder_id)
 sa.Index("ix_documents_created_by", documents.c.created_by)
+sa.Index("ix_documents_owner_id", documents.c.owner_id)
+sa.Index("ix_documents_access_scope", documents.c.access_scope)
 sa.Index("ix_documents_current_revision_id", documents.c.current_revision_id)
 # The trash, read backwards for newest first (migration 0011): the few deleted documents, not
 # the many live ones.
@@ -629,4 +654,95 @@ audit_settings = sa.Table(
     sa.Column("singleton", sa.Boolean, primary_key=True, server_default=sa.true()),
     sa.Column("record_reads", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.CheckConstraint("singleton", name="one_row"),
+)
+
+#: Access control (migration 0016, docs/access.md). The tenant's groups of users.
+access_groups = sa.Table(
+    "access_groups",
+    metadata,
+    _id(),
+    sa.Column("name", sa.Text, nullable=False),
+    _created_at(),
+    sa.CheckConstraint(
+        f"btrim(name) <> '' AND length(name) <= {GROUP_NAME_MAX_CHARS}", name="name_valid"
+    ),
+)
+sa.Index("uq_access_groups_name", sa.func.lower(access_groups.c.name), unique=True)
+
+access_group_members = sa.Table(
+    "access_group_members",
+    metadata,
+    sa.Column(
+        "group_id",
+        sa.Uuid,
+        sa.ForeignKey("access_groups.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column(
+        "user_id", sa.Uuid, sa.ForeignKey("known_users.id", ondelete="CASCADE"), primary_key=True
+    ),
+)
+sa.Index("ix_access_group_members_user_id", access_group_members.c.user_id)
+
+#: What is granted: ``rights`` (view 1, edit 2, delete 4, manage 8) to a user, a group or
+#: everyone (neither) on a folder, a document or the root (neither).
+access_entries = sa.Table(
+    "access_entries",
+    metadata,
+    _id(),
+    sa.Column("folder_id", sa.Uuid, sa.ForeignKey("folders.id", ondelete="CASCADE")),
+    sa.Column("document_id", sa.Uuid, sa.ForeignKey("documents.id", ondelete="CASCADE")),
+    sa.Column("user_id", sa.Uuid, sa.ForeignKey("known_users.id", ondelete="CASCADE")),
+    sa.Column("group_id", sa.Uuid, sa.ForeignKey("access_groups.id", ondelete="CASCADE")),
+    sa.Column("rights", sa.SmallInteger, nullable=False),
+    _created_at(),
+    sa.CheckConstraint("num_nonnulls(folder_id, document_id) <= 1", name="one_object"),
+    sa.CheckConstraint("num_nonnulls(user_id, group_id) <= 1", name="one_principal"),
+    sa.CheckConstraint(
+        "rights & 1 = 1 AND rights BETWEEN 1 AND 15 AND (rights & 8 = 0 OR rights = 15)",
+        name="rights_valid",
+    ),
+)
+sa.Index(
+    "uq_access_entries_object_principal",
+    access_entries.c.folder_id,
+    access_entries.c.document_id,
+    access_entries.c.user_id,
+    access_entries.c.group_id,
+    unique=True,
+    postgresql_nulls_not_distinct=True,
+)
+sa.Index("ix_access_entries_document_id", access_entries.c.document_id)
+sa.Index("ix_access_entries_user_id", access_entries.c.user_id)
+sa.Index("ix_access_entries_group_id", access_entries.c.group_id)
+
+#: Derived, written by triggers only: the root, each folder with entries or that stops
+#: inheriting, each document with entries; with the scope each inherits from.
+access_scopes = sa.Table(
+    "access_scopes",
+    metadata,
+    sa.Column("id", sa.Uuid, primary_key=True),
+    sa.Column("parent_id", sa.Uuid, sa.ForeignKey("access_scopes.id", ondelete="RESTRICT")),
+    sa.Column("inherits", sa.Boolean, nullable=False),
+)
+sa.Index("ix_access_scopes_parent_id", access_scopes.c.parent_id)
+
+#: Derived, written by triggers only: each scope's effective rights per principal.
+access_grants = sa.Table(
+    "access_grants",
+    metadata,
+    sa.Column(
+        "scope_id",
+        sa.Uuid,
+        sa.ForeignKey("access_scopes.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("principal_id", sa.Uuid, primary_key=True),
+    sa.Column("rights", sa.SmallInteger, nullable=False),
+)
+sa.Index(
+    "ix_access_grants_principal_id",
+    access_grants.c.principal_id,
+    access_grants.c.scope_id,
+    access_grants.c.rights,
 )

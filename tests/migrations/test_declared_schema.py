@@ -69,6 +69,32 @@ TENANT_TRIGGERS = {
         for table in ("document_tags", "document_metadata_choices")
         for event in ("insert", "delete")
     ),
+    # Access control (migration 0016): rights checked before every write, scopes kept after.
+    *(
+        (table, "access_rules")
+        for table in (
+            "folders",
+            "documents",
+            "file_revisions",
+            "document_tags",
+            "document_metadata",
+            "document_metadata_choices",
+            "revision_texts",
+            "revision_text_parts",
+            "access_entries",
+            "access_groups",
+            "access_group_members",
+            "access_scopes",
+            "access_grants",
+        )
+    ),
+    ("folders", "access_placed"),
+    *(
+        (table, trigger)
+        for table in ("folders", "documents")
+        for trigger in ("access_moved", "access_deleted")
+    ),
+    ("access_entries", "access_changed"),
 }
 
 
@@ -130,6 +156,35 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine) -> None:
         "search_refresh_header",
         *(trigger for _table, trigger in TENANT_TRIGGERS if trigger.startswith("search_")),
         *("audit_stamp", "audit_guard", "audit_refuse", "audit_row", "audit_links"),
+        *(
+            f"access_{name}"
+            for name in (
+                "user",
+                "system",
+                "principals",
+                "viewable",
+                "allows",
+                "right_names",
+                "require",
+                "folder_scope",
+                "folder_owner",
+                "enlist",
+                "refresh",
+                "repoint",
+                "folder_becomes_scope",
+                "document_becomes_scope",
+                "folder_rules",
+                "folder_changed",
+                "document_rules",
+                "document_moved",
+                "object_deleted",
+                "content_rules",
+                "entry_rules",
+                "entry_changed",
+                "root_rules",
+                "derived_only",
+            )
+        ),
     }
     # The functions pin search_path to their own schema (normalised), not to the caller's.
     assert all("search_path TO '<schema>'" in str(row[2]) for row in migrated.functions)
