@@ -28,6 +28,7 @@ from dms.domain import (
     Snippet,
     Tag,
 )
+from dms.domain.access import ALL_RIGHTS, AccessEntry, Group, Rights
 from dms.errors import (
     AlreadyExists,
     ClusterError,
@@ -43,6 +44,7 @@ from dms.errors import (
     MigrationFailed,
     NotFound,
     NotMigrated,
+    PermissionDenied,
     TenantExists,
     TenantNotFound,
     UsersTableMissing,
@@ -57,6 +59,8 @@ from dms.uow import UnitOfWork
 from dms.worker import DocumentWorker
 
 __all__ = [
+    "ALL_RIGHTS",
+    "AccessEntry",
     "AlreadyExists",
     "ClusterError",
     "ConcurrentUpdate",
@@ -71,6 +75,7 @@ __all__ = [
     "FleetInterrupted",
     "FleetStopped",
     "Folder",
+    "Group",
     "InvalidTenantName",
     "InvariantViolation",
     "Job",
@@ -83,7 +88,9 @@ __all__ = [
     "NotFound",
     "NotMigrated",
     "Page",
+    "PermissionDenied",
     "Revision",
+    "Rights",
     "Settings",
     "Snippet",
     "Tag",

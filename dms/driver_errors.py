@@ -34,6 +34,7 @@ from dms.errors import (
     DmsError,
     InvariantViolation,
     NotFound,
+    PermissionDenied,
     ValidationError,
 )
 
@@ -45,6 +46,8 @@ FOREIGN_KEY_VIOLATION = "23503"
 #: PostgreSQL 18 reports a delete blocked by an ON DELETE RESTRICT key with this code (older
 #: servers with 23503).
 RESTRICT_VIOLATION = "23001"
+#: Access control refused a change (docs/access.md), or a privilege is missing.
+INSUFFICIENT_PRIVILEGE = "42501"
 SERIALIZATION_FAILURE = "40001"
 DEADLOCK_DETECTED = "40P01"
 #: A statement naming a table that does not exist (a schema not migrated, a tenant not there).
@@ -79,6 +82,12 @@ def _detail_of(exc: DBAPIError) -> str:
     return str(getattr(diag, "message_detail", None) or "")
 
 
+def message_of(exc: DBAPIError) -> str:
+    """The server's primary message, for errors whose message is ours (a trigger's RAISE)."""
+    diag = getattr(exc.orig, "diag", None)
+    return str(getattr(diag, "message_primary", None) or "")
+
+
 def refusal_of(exc: DBAPIError, constraints: Mapping[str, ErrorFactory]) -> DmsError | None:
     """Return the caller's own error for ``exc`` from ``constraints``, or ``None``.
 
@@ -101,7 +110,7 @@ def translate(
     ``what`` names the entity and the offending value (``"folder 'Invoices'"``). The caller's
     ``constraints`` (see :func:`refusal_of`) come first, then the generic table by SQLSTATE.
     """
-    error = refusal_of(exc, constraints or {})
+    error = refusal_of(exc, constraints or {}) or permission_denied(exc)
     if error is not None:
         return error
     return _by_sqlstate(sqlstate_of(exc), constraint_of(exc) or _detail_of(exc), what)
@@ -120,6 +129,13 @@ _BY_SQLSTATE: Mapping[str, Callable[[str, str], DmsError]] = {
         f"{what} collided with a concurrent transaction; retry"
     ),
 }
+
+
+def permission_denied(exc: DBAPIError) -> PermissionDenied | None:
+    """The :class:`~dms.errors.PermissionDenied` that ``exc`` is, or ``None``."""
+    if sqlstate_of(exc) != INSUFFICIENT_PRIVILEGE:
+        return None
+    return PermissionDenied(message_of(exc) or "permission denied")
 
 
 def _by_sqlstate(sqlstate: str, constraint: str, what: str) -> DmsError | None:

@@ -18,7 +18,8 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     ├── ValidationError (ValueError) bad input caught before any SQL runs
     ├── UnreadableContent (ValueError) a file's bytes are in a format that cannot be read
     ├── StorageError                a blob store failed (unreachable, refused, holds nothing)
-    ├── NotFound (LookupError)      a referenced row does not exist
+    ├── NotFound (LookupError)      a referenced row does not exist, or the actor may not see it
+    ├── PermissionDenied            the actor may see the object but lacks the right to change it
     ├── AlreadyExists               a unique key is taken
     │   └── TenantExists            a tenant of that name is registered
     ├── InvariantViolation          the database refused a row (CHECK, trigger)
@@ -177,6 +178,14 @@ class ValidationError(DmsError, ValueError):
 
 class NotFound(DmsError, LookupError):
     """A row that the operation needs does not exist."""
+
+
+class PermissionDenied(DmsError, PermissionError):
+    """The acting user may view the object but lacks the right this change needs.
+
+    Raised from the database's refusal (SQLSTATE 42501, docs/access.md). An object the actor may
+    not view is :class:`NotFound` instead, so that its existence does not leak.
+    """
 
 
 class AlreadyExists(DmsError):

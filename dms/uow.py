@@ -11,7 +11,7 @@ Who acts is named once, for the whole transaction: ``user_id=`` (a user of the I
 ``system=`` (a named system principal; the job worker's units of work are ``worker``), with an
 optional ``context=`` (a request id, a client address). The database reads them from
 transaction-local settings (:func:`_act_as`): the audit trail records them with every change
-(docs/audit.md), and access control will read the same (docs/architecture.md).
+(docs/audit.md), and access control reads the same (docs/access.md).
 
 Single use. Nested work goes in :meth:`UnitOfWork.savepoint`. Jobs enqueued through the unit
 of work (``dms.jobs.enqueue(uow, ...)``) commit or roll back with the business data.
@@ -38,6 +38,7 @@ from dms.config import Settings, settings_of
 from dms.domain.audit import ACTOR_SETTING, CONTEXT_SETTING, WORKER, actor_setting, check_context
 from dms.domain.validation import check_optional_id
 from dms.repositories import (
+    AccessRepository,
     AuditRepository,
     DocumentRepository,
     FolderRepository,
@@ -145,6 +146,11 @@ class UnitOfWork(TenantTransaction):
     def metadata(self) -> MetadataRepository:
         """Metadata fields, options and values of the tenant."""
         return self._repository(MetadataRepository)
+
+    @property
+    def access(self) -> AccessRepository:
+        """Who may do what: groups, members, access entries, owners, inheritance."""
+        return self._repository(AccessRepository)
 
     @property
     def audit(self) -> AuditRepository:

@@ -15,6 +15,7 @@ each other in one direction only (``documents`` uses ``folders``, ``tags`` and `
 ``tests/unit/test_layers.py`` checks.
 """
 
+from .access import AccessRepository
 from .audit import AuditRepository
 from .documents import DocumentRepository
 from .folders import FolderRepository
@@ -24,6 +25,7 @@ from .search import SearchRepository
 from .tags import TagRepository
 
 __all__ = [
+    "AccessRepository",
     "AuditRepository",
     "DocumentRepository",
     "FolderRepository",

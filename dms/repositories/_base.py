@@ -15,7 +15,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import Executable
 
 from dms import tenancy
-from dms.driver_errors import INVALID_SCHEMA_NAME, UNDEFINED_TABLE, sqlstate_of
+from dms.driver_errors import (
+    INVALID_SCHEMA_NAME,
+    UNDEFINED_TABLE,
+    permission_denied,
+    sqlstate_of,
+)
 from dms.errors import TenantNotFound, ValidationError
 
 #: What a statement routed to the schema of an unregistered tenant fails with.
@@ -51,12 +56,18 @@ class Repository:
         asked, on a connection of its own (this one's transaction is aborted), so that a tenant
         that is registered but whose schema lacks a table (not migrated) keeps its own error.
         The success path costs nothing; a missing tenant costs one extra query.
+
+        A change that access control refuses (docs/access.md) is
+        :class:`~dms.errors.PermissionDenied`, whatever the statement.
         """
         try:
             return self._conn.execute(statement, parameters)
         except DBAPIError as exc:
             if sqlstate_of(exc) in _MISSING_RELATION and not self._tenant_registered():
                 raise TenantNotFound(f"tenant {self._tenant!r} does not exist") from exc
+            denied = permission_denied(exc)
+            if denied is not None:
+                raise denied from exc
             raise
 
     def _tenant_registered(self) -> bool:

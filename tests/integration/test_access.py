@@ -1,0 +1,392 @@
+"""Access control through the application's role: row-level security hides, triggers refuse.
+
+The suite's own engine is a superuser, which row-level security never applies to; these tests
+act through ``app_engine``, whose connections take the role of an ordinary application
+(``dms_test_app``: no superuser, no BYPASSRLS), as a deployment must (docs/access.md).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.domain import DocumentQuery
+from dms.domain.access import ALL_RIGHTS, Rights, check_rights
+from dms.errors import NotFound, PermissionDenied, ValidationError
+from dms.schema import tenant as t
+from dms.schema.ddl import execute_ddl
+from dms.uow import UnitOfWork
+from dms.users import create_user
+
+APP_ROLE = "dms_test_app"
+
+
+def _create_app_role(engine: Engine) -> None:
+    # Roles belong to the server: parallel test processes race to create it, and one wins.
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"""
+            DO $$ BEGIN
+                CREATE ROLE {APP_ROLE} NOLOGIN NOSUPERUSER NOBYPASSRLS;
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+            END $$
+            """
+        )
+
+
+@pytest.fixture
+def app_engine(engine: Engine, tenant: str) -> Iterator[Engine]:
+    """An engine whose sessions act as the application role, granted the tenant's tables."""
+    _create_app_role(engine)
+    schema = sql.Identifier(tenancy.schema_name(tenant))
+    with engine.begin() as conn:
+        for grant in (
+            "GRANT USAGE ON SCHEMA {} TO {}",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}",
+        ):
+            execute_ddl(conn, sql.SQL(grant).format(schema, sql.Identifier(APP_ROLE)))
+    app = sa.create_engine(engine.url, poolclass=sa.NullPool)
+
+    @sa.event.listens_for(app, "connect")
+    def _as_application(dbapi_connection: object, _record: object) -> None:
+        with dbapi_connection.cursor() as cursor:  # type: ignore[attr-defined]
+            cursor.execute(f"SET ROLE {APP_ROLE}")
+        dbapi_connection.commit()  # type: ignore[attr-defined]
+
+    yield app
+    app.dispose()
+
+
+@dataclass(frozen=True)
+class World:
+    """Folders ``shared`` (with ``shared/inner``) and ``private``, a document in each."""
+
+    admin: uuid.UUID
+    alice: uuid.UUID
+    bob: uuid.UUID
+    shared: uuid.UUID
+    inner: uuid.UUID
+    private: uuid.UUID
+    shared_doc: uuid.UUID
+    inner_doc: uuid.UUID
+    private_doc: uuid.UUID
+
+
+def _user(engine: Engine, name: str) -> uuid.UUID:
+    with engine.begin() as conn:
+        return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
+
+
+@pytest.fixture
+def world(engine: Engine, app_engine: Engine, tenant: str) -> World:
+    """The folders and documents, made by ``admin``; everyone's root entry removed."""
+    admin, alice, bob = (_user(engine, name) for name in ("admin", "alice", "bob"))
+    with UnitOfWork(app_engine, tenant=tenant, user_id=admin) as uow:
+        shared = uow.folders.add(name="shared")
+        inner = uow.folders.add(name="inner", parent_id=shared.id)
+        private = uow.folders.add(name="private")
+        docs = [
+            uow.documents.add(title=title, folder_id=folder.id)
+            for title, folder in (("s", shared), ("i", inner), ("p", private))
+        ]
+        uow.access.grant(ALL_RIGHTS, user_id=admin)
+        assert uow.access.revoke()  # everyone's entry at the root
+        uow.commit()
+    return World(admin, alice, bob, shared.id, inner.id, private.id, *(d.id for d in docs))
+
+
+def _visible(app_engine: Engine, tenant: str, user: uuid.UUID) -> set[uuid.UUID]:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=user) as uow:
+        page = uow.documents.search(DocumentQuery(), limit=100)
+        return {document.id for document in page.items}
+
+
+def test_a_tenant_behaves_as_before_until_its_entries_change(
+    engine: Engine, app_engine: Engine, tenant: str
+) -> None:
+    alice, bob = _user(engine, "alice"), _user(engine, "bob")
+    with UnitOfWork(app_engine, tenant=tenant, user_id=alice) as uow:
+        folder = uow.folders.add(name="f")
+        document = uow.documents.add(title="d", folder_id=folder.id)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=bob) as uow:
+        assert uow.documents.get(document.id).title == "d"
+        uow.documents.rename(document.id, title="renamed", version=1)
+        assert uow.access.rights(document_id=document.id) == ALL_RIGHTS
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant) as uow:  # nobody named: everyone's rights
+        assert uow.documents.get(document.id).title == "renamed"
+
+
+def test_a_user_sees_only_what_is_granted_to_them(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    assert _visible(app_engine, tenant, world.alice) == set()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+
+    # The folder's entry holds below it too.
+    assert _visible(app_engine, tenant, world.alice) == {world.shared_doc, world.inner_doc}
+    assert _visible(app_engine, tenant, world.bob) == set()
+    assert _visible(app_engine, tenant, world.admin) == {
+        world.shared_doc,
+        world.inner_doc,
+        world.private_doc,
+    }
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        with pytest.raises(NotFound):
+            uow.documents.get(world.private_doc)
+        with pytest.raises(NotFound):
+            uow.folders.get(world.private)
+        assert [f.id for f in uow.folders.children(None)] == [world.shared]
+
+
+def test_a_change_needs_its_right(app_engine: Engine, tenant: str, world: World) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        with pytest.raises(PermissionDenied, match="edit"):
+            uow.documents.rename(world.shared_doc, title="mine now", version=1)
+        with pytest.raises(PermissionDenied):
+            uow.documents.add(title="new", folder_id=world.shared)
+        with pytest.raises(PermissionDenied, match="manage"):
+            uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.bob)
+        with pytest.raises(NotFound):  # may not see it: not told that it exists
+            uow.access.grant(Rights.VIEW, folder_id=world.private, user_id=world.alice)
+        assert uow.access.rights(folder_id=world.shared) == Rights.VIEW
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(["edit"], folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        renamed = uow.documents.rename(world.shared_doc, title="mine now", version=1)
+        with pytest.raises(PermissionDenied, match="delete"):
+            uow.documents.soft_delete(world.shared_doc, version=renamed.version)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        assert uow.documents.get(world.shared_doc).title == "mine now"
+
+
+def test_moving_needs_edit_on_both_folders_and_carries_the_access_of_the_destination(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(["edit"], folder_id=world.shared, user_id=world.alice)
+        uow.access.grant(Rights.VIEW, folder_id=world.private, user_id=world.bob)
+        uow.commit()
+    alices = UnitOfWork(app_engine, tenant=tenant, user_id=world.alice)
+    with alices as uow, pytest.raises(NotFound):  # a destination she may not see
+        uow.folders.move(world.inner, parent_id=world.private)
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.private, user_id=world.alice)
+        uow.commit()
+    alices = UnitOfWork(app_engine, tenant=tenant, user_id=world.alice)
+    with alices as uow, pytest.raises(PermissionDenied, match="edit"):  # one she may only view
+        uow.folders.move(world.inner, parent_id=world.private)
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.revoke(folder_id=world.private, user_id=world.alice)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.folders.move(world.inner, parent_id=world.private)
+        uow.commit()
+
+    assert _visible(app_engine, tenant, world.alice) == {world.shared_doc}
+    assert _visible(app_engine, tenant, world.bob) == {world.private_doc, world.inner_doc}
+
+
+def test_a_folder_that_stops_inheriting_keeps_only_its_own_entries(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.access.set_inherits(world.inner, False)
+        uow.commit()
+    assert _visible(app_engine, tenant, world.alice) == {world.shared_doc}
+    # The root's entries do not reach it either; its owner still sees what they own.
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        assert uow.access.rights(folder_id=world.inner) == ALL_RIGHTS  # owner
+        # Giving it away would take it out of the admin's own sight: refused.
+        with pytest.raises(PermissionDenied, match="row-level security"):
+            uow.access.set_owner(None, document_id=world.inner_doc)
+    with UnitOfWork(app_engine, tenant=tenant, system="operator") as uow:
+        uow.access.set_owner(None, document_id=world.inner_doc)
+        uow.commit()
+    assert _visible(app_engine, tenant, world.admin) == {world.shared_doc, world.private_doc}
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.inner, user_id=world.bob)
+        uow.access.set_inherits(world.inner, True)
+        uow.commit()
+    assert _visible(app_engine, tenant, world.alice) == {world.shared_doc, world.inner_doc}
+    assert _visible(app_engine, tenant, world.bob) == {world.inner_doc}
+
+
+def test_groups_grant_their_members_and_a_revocation_reaches_an_open_unit_of_work(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        readers = uow.access.add_group("readers")
+        uow.access.grant(Rights.VIEW, folder_id=world.private, group_id=readers.id)
+        uow.access.add_member(readers.id, world.bob)
+        uow.commit()
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.bob) as bobs:
+        assert bobs.documents.get(world.private_doc).title == "p"
+        with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+            assert uow.access.members(readers.id) == [world.bob]
+            assert uow.access.remove_member(readers.id, world.bob)
+            uow.commit()
+        # Read committed: the next statement of the open unit of work sees the revocation.
+        with pytest.raises(NotFound):
+            bobs.documents.get(world.private_doc)
+
+
+def test_a_document_entry_and_ownership_reach_one_document(
+    engine: Engine, app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, document_id=world.private_doc, user_id=world.alice)
+        uow.access.set_owner(world.bob, document_id=world.inner_doc)
+        assert uow.access.owner(document_id=world.inner_doc) == world.bob
+        uow.commit()
+
+    assert _visible(app_engine, tenant, world.alice) == {world.private_doc}
+    assert _visible(app_engine, tenant, world.bob) == {world.inner_doc}
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.bob) as uow:
+        assert uow.access.rights(document_id=world.inner_doc) == ALL_RIGHTS
+        uow.documents.rename(world.inner_doc, title="bob's", version=1)
+        uow.commit()
+
+
+def test_a_system_principal_acts_on_everything_by_name(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, system="nightly") as uow:
+        assert uow.documents.get(world.private_doc).title == "p"
+        assert uow.access.rights(folder_id=world.private) == ALL_RIGHTS
+
+
+def test_raw_sql_through_the_application_role_is_held_to_the_same_rules(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    documents, grants = t.documents, t.access_grants
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        conn = uow.connection
+        seen = set(conn.execute(sa.select(documents.c.id)).scalars())
+        assert seen == {world.shared_doc, world.inner_doc}
+        revisions = conn.execute(sa.select(sa.func.count()).select_from(t.file_revisions))
+        assert revisions.scalar() == 0
+        hidden = sa.update(documents).where(documents.c.id == world.private_doc)
+        assert conn.execute(hidden.values(title="x")).rowcount == 0
+        # The derived tables are the triggers' alone.
+        with pytest.raises(sa.exc.ProgrammingError) as refused, conn.begin_nested():
+            conn.execute(
+                sa.insert(grants).values(
+                    scope_id=uuid.UUID(t.NIL_ID), principal_id=world.alice, rights=15
+                )
+            )
+        assert getattr(refused.value.orig, "sqlstate", None) == "42501"
+        # A forged scope is put back by the database.
+        visible = sa.update(documents).where(documents.c.id == world.shared_doc)
+        with pytest.raises(sa.exc.ProgrammingError), conn.begin_nested():
+            conn.execute(visible.values(access_scope=uuid.UUID(t.NIL_ID)))
+
+
+def test_the_policies_are_forced_on_the_tables_owner_too(engine: Engine, tenant: str) -> None:
+    schema = tenancy.schema_name(tenant)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = :schema AND c.relname = ANY(:tables)"
+            ),
+            {"schema": schema, "tables": ["documents", "folders", "file_revisions"]},
+        ).all()
+    assert sorted(rows) == [
+        ("documents", True, True),
+        ("file_revisions", True, True),
+        ("folders", True, True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (["view"], Rights.VIEW),
+        (["edit"], Rights.VIEW | Rights.EDIT),
+        (["DELETE"], Rights.VIEW | Rights.DELETE),
+        (["manage"], ALL_RIGHTS),
+        (Rights.EDIT, Rights.VIEW | Rights.EDIT),
+    ],
+)
+def test_rights_are_completed(value: object, expected: Rights) -> None:
+    assert check_rights(value) == expected
+
+
+@pytest.mark.parametrize("value", [[], ["own"], "view", 0, 16, True, None, [1]])
+def test_bad_rights_are_refused(value: object) -> None:
+    with pytest.raises(ValidationError):
+        check_rights(value)
+
+
+def test_bad_arguments_are_refused_before_any_sql(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        with pytest.raises(ValidationError):
+            uow.access.grant(Rights.VIEW, folder_id=world.shared, document_id=world.shared_doc)
+        with pytest.raises(ValidationError):
+            uow.access.grant(Rights.VIEW, user_id=world.alice, group_id=world.alice)
+        with pytest.raises(ValidationError):
+            uow.access.add_group(" ")
+        with pytest.raises(ValidationError):
+            uow.access.set_owner(world.alice)
+        with pytest.raises(ValidationError):
+            uow.access.set_inherits(world.shared, "no")  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            uow.access.remove_group(uuid.uuid4())
+        assert uow.access.entries() == [
+            entry for entry in uow.access.entries() if entry.user_id == world.admin
+        ]
+
+
+def test_every_read_path_leaves_out_what_the_actor_may_not_view(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    sha = "ab" * 32
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        tag = uow.tags.add(name="invoices")
+        for document in (world.shared_doc, world.private_doc):
+            uow.revisions.add(
+                document, storage_key=f"k/{sha}", sha256=sha, size_bytes=1, mime_type="text/plain"
+            )
+            uow.tags.link([document], [tag.id])
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        assert len(uow.revisions.history(world.shared_doc)) == 1
+        assert uow.revisions.history(world.private_doc) == []
+        assert [d.id for d in uow.documents.with_any_tag([tag.id])] == [world.shared_doc]
+        assert uow.tags.tags_of(world.private_doc) == []
+        found = uow.documents.search(DocumentQuery(tags_any=frozenset({tag.id})))
+        assert [d.id for d in found.items] == [world.shared_doc]
+        titled = uow.documents.search(DocumentQuery(title_contains="p"))
+        assert titled.items == []
+        assert [f.id for f in uow.folders.path(world.inner)] == [world.shared, world.inner]
+        assert uow.access.entries(folder_id=world.shared)[0].user_id == world.alice
+        with pytest.raises(NotFound):
+            uow.access.entries(folder_id=world.private)
