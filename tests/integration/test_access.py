@@ -2,7 +2,8 @@
 
 The suite's own engine is a superuser, which row-level security never applies to; these tests
 act through ``app_engine``, whose connections take the role of an ordinary application
-(``dms_test_app``: no superuser, no BYPASSRLS), as a deployment must (docs/access.md).
+(:func:`dms.testing.roles.application_engine`: no superuser, no BYPASSRLS), as a deployment
+must (docs/access.md).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 
 import pytest
 import sqlalchemy as sa
-from psycopg import sql
 from sqlalchemy.engine import Engine
 
 from dms import tenancy
@@ -21,47 +21,17 @@ from dms.domain import DocumentQuery
 from dms.domain.access import ALL_RIGHTS, Rights, check_rights
 from dms.errors import NotFound, PermissionDenied, ValidationError
 from dms.schema import tenant as t
-from dms.schema.ddl import execute_ddl
+from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 from dms.users import create_user
-
-APP_ROLE = "dms_test_app"
-
-
-def _create_app_role(engine: Engine) -> None:
-    # Roles belong to the server: parallel test processes race to create it, and one wins.
-    with engine.begin() as conn:
-        conn.exec_driver_sql(
-            f"""
-            DO $$ BEGIN
-                CREATE ROLE {APP_ROLE} NOLOGIN NOSUPERUSER NOBYPASSRLS;
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-            END $$
-            """
-        )
 
 
 @pytest.fixture
 def app_engine(engine: Engine, tenant: str) -> Iterator[Engine]:
     """An engine whose sessions act as the application role, granted the tenant's tables."""
-    _create_app_role(engine)
-    schema = sql.Identifier(tenancy.schema_name(tenant))
-    with engine.begin() as conn:
-        for grant in (
-            "GRANT USAGE ON SCHEMA {} TO {}",
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}",
-        ):
-            execute_ddl(conn, sql.SQL(grant).format(schema, sql.Identifier(APP_ROLE)))
-    app = sa.create_engine(engine.url, poolclass=sa.NullPool)
-
-    @sa.event.listens_for(app, "connect")
-    def _as_application(dbapi_connection: object, _record: object) -> None:
-        with dbapi_connection.cursor() as cursor:  # type: ignore[attr-defined]
-            cursor.execute(f"SET ROLE {APP_ROLE}")
-        dbapi_connection.commit()  # type: ignore[attr-defined]
-
-    yield app
-    app.dispose()
+    application = application_engine(engine, [tenant])
+    yield application
+    application.dispose()
 
 
 @dataclass(frozen=True)

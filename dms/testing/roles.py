@@ -1,0 +1,59 @@
+"""An engine that acts as an ordinary application role, for tests and benchmarks of access control.
+
+Row-level security never applies to a superuser or a role with ``BYPASSRLS`` (docs/access.md),
+and test servers are usually reached as a superuser. :func:`application_engine` makes a role
+without either (once per server: roles belong to the server, and parallel processes race to
+create it), grants it the tenants' tables, and returns an engine whose sessions take that role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.schema.ddl import execute_ddl
+
+#: The role :func:`application_engine` acts as.
+APPLICATION_ROLE = "dms_test_app"
+
+_CREATE = """
+DO $$ BEGIN
+    CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+END $$
+"""
+
+
+def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
+    """An engine on ``engine``'s database whose sessions act as :data:`APPLICATION_ROLE`.
+
+    ``engine`` must be able to create roles and grant on the tenants' schemas. The role gets
+    the use of each tenant's schema and the reading and writing of its tables. Dispose of the
+    returned engine when done.
+    """
+    role = sql.Identifier(APPLICATION_ROLE)
+    with engine.begin() as conn:
+        execute_ddl(conn, sql.SQL(_CREATE).format(role))
+        for tenant in tenants:
+            schema = sql.Identifier(tenancy.schema_name(tenant))
+            execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
+            execute_ddl(
+                conn,
+                sql.SQL(
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}"
+                ).format(schema, role),
+            )
+    application = sa.create_engine(engine.url, poolclass=sa.NullPool)
+    set_role = sql.SQL("SET ROLE {}").format(role)
+
+    @sa.event.listens_for(application, "connect")
+    def _as_application(dbapi_connection: object, _record: object) -> None:
+        with dbapi_connection.cursor() as cursor:  # type: ignore[attr-defined]
+            cursor.execute(set_role)
+        dbapi_connection.commit()  # type: ignore[attr-defined]
+
+    return application
