@@ -3,7 +3,9 @@
 Row-level security never applies to a superuser or a role with ``BYPASSRLS`` (docs/access.md),
 and test servers are usually reached as a superuser. :func:`application_engine` makes a role
 without either (once per server: roles belong to the server, and parallel processes race to
-create it), grants it the tenants' tables, and returns an engine whose sessions take that role.
+create it), grants it the tenants' tables, and returns an engine that logs in as that role
+(trust authentication, as on test servers): no session state, so it works behind PgBouncer in
+transaction mode and on Citus, whose coordinator connects to its nodes as the same role.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ APPLICATION_ROLE = "dms_test_app"
 
 _CREATE = """
 DO $$ BEGIN
-    CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS;
+    CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
 END $$
 """
@@ -37,7 +39,7 @@ def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
     """
     role = sql.Identifier(APPLICATION_ROLE)
     with engine.begin() as conn:
-        execute_ddl(conn, sql.SQL(_CREATE).format(role))
+        execute_ddl(conn, sql.SQL(_CREATE).format(role=role))
         for tenant in tenants:
             schema = sql.Identifier(tenancy.schema_name(tenant))
             execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
@@ -47,13 +49,4 @@ def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
                     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}"
                 ).format(schema, role),
             )
-    application = sa.create_engine(engine.url, poolclass=sa.NullPool)
-    set_role = sql.SQL("SET ROLE {}").format(role)
-
-    @sa.event.listens_for(application, "connect")
-    def _as_application(dbapi_connection: object, _record: object) -> None:
-        with dbapi_connection.cursor() as cursor:  # type: ignore[attr-defined]
-            cursor.execute(set_role)
-        dbapi_connection.commit()  # type: ignore[attr-defined]
-
-    return application
+    return sa.create_engine(engine.url.set(username=APPLICATION_ROLE), poolclass=sa.NullPool)
