@@ -110,7 +110,8 @@ class UnitOfWork(TenantTransaction):
         return make
 
     def _began(self, conn: Connection) -> None:
-        if self._actor is not None or self._context is not None:
+        # On Citus always: the access policies need a setting there (see _act_as).
+        if self._actor is not None or self._context is not None or citus.is_citus(conn):
             _act_as(conn, self._actor, self._context)
 
     def _ended(self) -> None:
@@ -179,6 +180,11 @@ def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
     that holds the tenant: there it is ``SET LOCAL``, which Citus replays on that node.
     """
     settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or ""}
-    if citus.set_local_on_every_node(conn, settings):
+    # On Citus a policy is a function of the row (migration 0016) that reads the tenant's
+    # access tables; run on the node of a shard, that read is a query nested in a query on a
+    # shard, which Citus refuses unless allowed. It is correct here: every table it reads is in
+    # the same tenant schema, whole on that node, so the nested read never leaves it.
+    on_citus = {**settings, "citus.allow_nested_distributed_execution": "on"}
+    if citus.set_local_on_every_node(conn, on_citus):
         return
     conn.execute(sa.select(*(sa.func.set_config(n, v, True) for n, v in settings.items())))

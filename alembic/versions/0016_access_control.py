@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from psycopg import sql
 
 from alembic import op
+from dms import citus
 from dms.migrations import MigrationScope
 from dms.schema.ddl import FunctionSource, create_functions, execute_ddl
 
@@ -124,27 +125,35 @@ BEGIN
 END
 """
 
-#: Recompute a scope's grants, then those of the scopes that inherit from it.
+#: Recompute a scope's grants, then those of the scopes that inherit from it. Its own entries
+#: first, then (if it inherits) its parent's grants, each principal's rights or-ed together by
+#: the conflict clause.
 REFRESH = f"""
 DECLARE
     parent uuid;
     inheriting boolean;
     child uuid;
+    granted record;
 BEGIN
     SELECT s.parent_id, s.inherits INTO parent, inheriting FROM access_scopes s WHERE s.id = scope;
     DELETE FROM access_grants WHERE scope_id = scope;
-    INSERT INTO access_grants (scope_id, principal_id, rights)
-    SELECT scope, granted.principal_id, bit_or(granted.rights)
-      FROM (
+    -- Row by row: on Citus an INSERT ... SELECT from a table under row-level security fails
+    -- for an ordinary role (Citus 13.2 deparses its shard query wrongly); an object has few.
+    FOR granted IN
         SELECT coalesce(e.user_id, e.group_id, '{NIL}'::uuid) AS principal_id, e.rights
           FROM access_entries e
          WHERE e.folder_id = scope OR e.document_id = scope
             OR (scope = '{NIL}'::uuid AND e.folder_id IS NULL AND e.document_id IS NULL)
-        UNION ALL
-        SELECT g.principal_id, g.rights FROM access_grants g
-         WHERE inheriting AND g.scope_id = parent
-      ) granted
-     GROUP BY granted.principal_id;
+    LOOP
+        INSERT INTO access_grants AS held (scope_id, principal_id, rights)
+        VALUES (scope, granted.principal_id, granted.rights)
+        ON CONFLICT (scope_id, principal_id) DO UPDATE SET rights = held.rights | excluded.rights;
+    END LOOP;
+    IF inheriting THEN
+        INSERT INTO access_grants AS held (scope_id, principal_id, rights)
+        SELECT scope, g.principal_id, g.rights FROM access_grants g WHERE g.scope_id = parent
+        ON CONFLICT (scope_id, principal_id) DO UPDATE SET rights = held.rights | excluded.rights;
+    END IF;
     FOR child IN SELECT s.id FROM access_scopes s WHERE s.parent_id = scope AND s.inherits LOOP
         PERFORM access_refresh(child);
     END LOOP;
@@ -436,11 +445,13 @@ BEGIN
 END
 """
 
-#: Groups and memberships are the tenant's: changing them needs manage on the root.
+#: Groups and memberships are the tenant's: changing them needs manage on the root. A trigger
+#: argument names the column of a user to enlist (not TG_TABLE_NAME: on Citus the trigger runs
+#: on a shard, whose table has another name).
 ROOT_RULES = f"""
 BEGIN
-    IF TG_TABLE_NAME = 'access_group_members' AND TG_OP <> 'DELETE' THEN
-        PERFORM access_enlist(NEW.user_id);
+    IF TG_NARGS > 0 AND TG_OP <> 'DELETE' THEN
+        PERFORM access_enlist((to_jsonb(NEW) ->> TG_ARGV[0])::uuid);
     END IF;
     IF pg_trigger_depth() = 1 THEN
         PERFORM access_require('{NIL}'::uuid, NULL, {MANAGE}, 'manage', 'the root');
@@ -540,7 +551,7 @@ TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
         f"BEFORE {_ANY_WRITE}",
         None,
         "access_root_rules",
-        None,
+        "user_id",
     ),
     ("access_rules", "access_scopes", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),
     ("access_rules", "access_grants", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),
@@ -582,6 +593,33 @@ POLICIES = (
     ("access_entries", _ENTRY_VISIBLE),
 )
 
+#: Citus refuses subqueries in the policies of distributed tables (a policy's expression must
+#: be evaluable on its own on the node of a shard), so there each condition above is one
+#: function of the row's columns: the same rule, evaluated row by row instead of once per
+#: statement (docs/access.md says what that costs). (name, arguments, the condition above).
+CITUS_CONDITIONS = {
+    _OBJECT_VISIBLE: ("access_object_visible", "owner_id uuid, access_scope uuid"),
+    _DOCUMENT_VISIBLE: ("access_document_visible", "document_id uuid"),
+    _REVISION_VISIBLE: ("access_revision_visible", "revision_id uuid"),
+    _ENTRY_VISIBLE: ("access_entry_visible", "folder_id uuid, document_id uuid"),
+}
+
+
+def _citus_functions(schema: str) -> tuple[FunctionSource, ...]:
+    """The conditions as functions: the columns they read become the arguments' names."""
+    quoted = '"' + schema + '"'  # a tenant schema's name never holds a double quote
+    return tuple(
+        (name, arguments, "boolean", "sql STABLE", "SELECT " + visible.format(s=quoted))
+        for visible, (name, arguments) in CITUS_CONDITIONS.items()
+    )
+
+
+def _citus_policy(visible: str) -> str:
+    name, arguments = CITUS_CONDITIONS[visible]
+    columns = ", ".join(argument.split()[0] for argument in arguments.split(", "))
+    return f"{{s}}.{name}({columns})"
+
+
 #: What the audit trail ignores in an update: the scope is derived, rewritten for every row
 #: below a moved folder, and recording it would flood the trail with non-changes.
 _AUDIT_IGNORED = ("o.key <> 'updated_at'", "o.key NOT IN ('updated_at', 'access_scope')")
@@ -606,8 +644,12 @@ def _upgrade_tenant(schema: str) -> None:
     for statement in _create_triggers(schema):
         execute_ddl(bind, statement)
     _replace_audit_row(schema, ignoring_scope=True)
+    on_citus = citus.is_citus(bind)
+    if on_citus:
+        create_functions(bind, schema, _citus_functions(schema))
     for table, visible in POLICIES:
-        for statement in _secure(schema, table, visible):
+        condition = _citus_policy(visible) if on_citus else visible
+        for statement in _secure(schema, table, condition):
             execute_ddl(bind, statement)
 
 
@@ -671,7 +713,8 @@ def _downgrade_tenant(schema: str) -> None:
     op.drop_column("folders", "inherits", schema=schema)
     op.drop_table("access_group_members", schema=schema)
     op.drop_table("access_groups", schema=schema)
-    for name, arguments, *_rest in reversed(FUNCTIONS):
+    citus_functions = _citus_functions(schema) if citus.is_citus(bind) else ()
+    for name, arguments, *_rest in (*citus_functions, *reversed(FUNCTIONS)):
         execute_ddl(
             bind,
             sql.SQL("DROP FUNCTION {}.{}({})").format(

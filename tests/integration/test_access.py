@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.domain import DocumentQuery
 from dms.domain.access import ALL_RIGHTS, Rights, check_rights
 from dms.errors import NotFound, PermissionDenied, ValidationError
@@ -360,3 +360,39 @@ def test_every_read_path_leaves_out_what_the_actor_may_not_view(
         assert uow.access.entries(folder_id=world.shared)[0].user_id == world.alice
         with pytest.raises(NotFound):
             uow.access.entries(folder_id=world.private)
+
+
+@pytest.mark.citus_only
+def test_the_policies_hold_on_the_node_that_holds_the_tenant(
+    engine: Engine, app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    schema = tenancy.schema_name(tenant)
+    with engine.connect() as conn:
+        node = citus.schema_nodes(conn)[schema]
+        shard = conn.execute(
+            sa.text("SELECT shard_name FROM citus_shards WHERE table_name = CAST(:t AS regclass)"),
+            {"t": f"{schema}.documents"},
+        ).scalar_one()
+    assert not node.is_coordinator
+    # Straight to the worker, as the application role: its table of the tenant, and the shard
+    # itself, under the same policies.
+    worker = sa.create_engine(
+        app_engine.url.set(host=node.host, port=node.port), poolclass=sa.NullPool
+    )
+    try:
+        with worker.begin() as conn:
+            for setting, value in (
+                ("dms.actor", str(world.alice)),
+                ("citus.allow_nested_distributed_execution", "on"),
+            ):
+                conn.execute(sa.select(sa.func.set_config(setting, value, True)))
+            shell = sa.table("documents", sa.column("id"), schema=schema)
+            on_shard = sa.table(shard.split(".")[-1], sa.column("id"), schema=schema)
+            for table in (shell, on_shard):
+                seen = set(conn.execute(sa.select(table.c.id)).scalars())
+                assert seen == {world.shared_doc, world.inner_doc}, table
+    finally:
+        worker.dispose()
