@@ -579,6 +579,15 @@ _ENTRY_VISIBLE = (
     " OR EXISTS (SELECT 1 FROM {s}.documents d WHERE d.id = document_id)"
 )
 
+#: An event of the audit trail shows what it was about: it is visible with its document (or
+#: folder); events of the tenant's vocabulary (tags, fields, options) are visible to all.
+_EVENT_VISIBLE = (
+    f"{_UNRESTRICTED}"
+    " OR (document_id IS NULL AND object_type <> 'folder')"
+    " OR EXISTS (SELECT 1 FROM {s}.documents d WHERE d.id = document_id)"
+    " OR (object_type = 'folder' AND EXISTS (SELECT 1 FROM {s}.folders f WHERE f.id = object_id))"
+)
+
 #: (table, the condition under which a row is visible) of every table under row-level security.
 POLICIES = (
     ("folders", _OBJECT_VISIBLE),
@@ -591,6 +600,7 @@ POLICIES = (
     ("revision_texts", _REVISION_VISIBLE),
     ("revision_text_parts", _REVISION_VISIBLE),
     ("access_entries", _ENTRY_VISIBLE),
+    ("audit_events", _EVENT_VISIBLE),
 )
 
 #: Citus refuses subqueries in the policies of distributed tables (a policy's expression must
@@ -602,6 +612,7 @@ CITUS_CONDITIONS = {
     _DOCUMENT_VISIBLE: ("access_document_visible", "document_id uuid"),
     _REVISION_VISIBLE: ("access_revision_visible", "revision_id uuid"),
     _ENTRY_VISIBLE: ("access_entry_visible", "folder_id uuid, document_id uuid"),
+    _EVENT_VISIBLE: ("access_event_visible", "object_type text, object_id uuid, document_id uuid"),
 }
 
 

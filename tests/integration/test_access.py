@@ -358,6 +358,11 @@ def test_every_read_path_leaves_out_what_the_actor_may_not_view(
         assert titled.items == []
         assert [f.id for f in uow.folders.path(world.inner)] == [world.shared, world.inner]
         assert uow.access.entries(folder_id=world.shared)[0].user_id == world.alice
+        # The audit trail tells only of what she may see.
+        assert uow.audit.history(world.private_doc).items == []
+        assert {e.action for e in uow.audit.history(world.shared_doc).items} >= {"create"}
+        told = {e.document_id for e in uow.audit.events(object_type="document").items}
+        assert told == {world.shared_doc, world.inner_doc}
         with pytest.raises(NotFound):
             uow.access.entries(folder_id=world.private)
 

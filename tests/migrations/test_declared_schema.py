@@ -188,7 +188,7 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine, on_citus: b
         # On Citus the policies are functions of the row (revision 0016).
         *(
             f"access_{name}_visible"
-            for name in ("object", "document", "revision", "entry")
+            for name in ("object", "document", "revision", "entry", "event")
             if on_citus
         ),
     }
