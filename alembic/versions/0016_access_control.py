@@ -97,6 +97,18 @@ BEGIN
 END
 """
 
+#: Raise 42501 unless the actor holds ``wanted`` on ``folder`` (the root for none). A folder
+#: that does not exist is left to the foreign key, which says so (NotFound, not a refusal).
+REQUIRE_IN_FOLDER = """
+BEGIN
+    IF folder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM folders f WHERE f.id = folder) THEN
+        RETURN;
+    END IF;
+    PERFORM access_require(access_folder_scope(folder), access_folder_owner(folder), wanted,
+                           access_right_names(wanted), coalesce('folder ' || folder, 'the root'));
+END
+"""
+
 #: The scope a new object under ``folder`` falls under (the root's for none).
 FOLDER_SCOPE = f"""
 SELECT coalesce((SELECT f.access_scope FROM folders f WHERE f.id = folder), '{NIL}'::uuid)
@@ -246,9 +258,7 @@ BEGIN
         NEW.access_scope := CASE WHEN NEW.inherits THEN access_folder_scope(NEW.parent_id)
                                  ELSE NEW.id END;
         IF direct THEN
-            PERFORM access_require(access_folder_scope(NEW.parent_id),
-                                   access_folder_owner(NEW.parent_id), {EDIT},
-                                   'edit', coalesce('folder ' || NEW.parent_id, 'the root'));
+            PERFORM access_require_in_folder(NEW.parent_id, {EDIT});
         END IF;
         RETURN NEW;
     END IF;
@@ -263,9 +273,7 @@ BEGIN
     PERFORM access_require(OLD.access_scope, OLD.owner_id, wanted,
                            access_right_names(wanted), 'folder ' || OLD.id);
     IF NEW.parent_id IS DISTINCT FROM OLD.parent_id THEN
-        PERFORM access_require(access_folder_scope(NEW.parent_id),
-                               access_folder_owner(NEW.parent_id), {EDIT},
-                               'edit', coalesce('folder ' || NEW.parent_id, 'the root'));
+        PERFORM access_require_in_folder(NEW.parent_id, {EDIT});
         IF OLD.access_scope <> OLD.id THEN
             NEW.access_scope := access_folder_scope(NEW.parent_id);
         END IF;
@@ -322,8 +330,7 @@ BEGIN
         PERFORM access_enlist(NEW.owner_id);
         NEW.access_scope := access_folder_scope(NEW.folder_id);
         IF direct THEN
-            PERFORM access_require(NEW.access_scope, access_folder_owner(NEW.folder_id), {EDIT},
-                                   'edit', coalesce('folder ' || NEW.folder_id, 'the root'));
+            PERFORM access_require_in_folder(NEW.folder_id, {EDIT});
         END IF;
         RETURN NEW;
     END IF;
@@ -337,9 +344,7 @@ BEGIN
     PERFORM access_require(OLD.access_scope, OLD.owner_id, wanted,
                            access_right_names(wanted), 'document ' || OLD.id);
     IF NEW.folder_id IS DISTINCT FROM OLD.folder_id THEN
-        PERFORM access_require(access_folder_scope(NEW.folder_id),
-                               access_folder_owner(NEW.folder_id), {EDIT},
-                               'edit', coalesce('folder ' || NEW.folder_id, 'the root'));
+        PERFORM access_require_in_folder(NEW.folder_id, {EDIT});
         IF OLD.access_scope <> OLD.id THEN
             NEW.access_scope := access_folder_scope(NEW.folder_id);
         END IF;
@@ -413,6 +418,9 @@ BEGIN
     ELSIF entry.document_id IS NOT NULL THEN
         SELECT d.access_scope, d.owner_id INTO object_scope, object_owner
           FROM documents d WHERE d.id = entry.document_id;
+    END IF;
+    IF object_scope IS NULL THEN
+        RETURN coalesce(NEW, OLD);  -- no such object: the foreign key says so
     END IF;
     PERFORM access_require(object_scope, object_owner, {MANAGE}, 'manage',
         coalesce('folder ' || entry.folder_id, 'document ' || entry.document_id, 'the root'));
@@ -488,6 +496,13 @@ FUNCTIONS: tuple[FunctionSource, ...] = (
     ),
     ("access_folder_scope", "folder uuid", "uuid", "sql STABLE", FOLDER_SCOPE),
     ("access_folder_owner", "folder uuid", "uuid", "sql STABLE", FOLDER_OWNER),
+    (
+        "access_require_in_folder",
+        "folder uuid, wanted integer",
+        "void",
+        "plpgsql STABLE",
+        REQUIRE_IN_FOLDER,
+    ),
     ("access_enlist", "person uuid", "void", "plpgsql", ENLIST),
     ("access_refresh", "scope uuid", "void", "plpgsql", REFRESH),
     ("access_repoint", "folder uuid, old_scope uuid, new_scope uuid", "void", "plpgsql", REPOINT),

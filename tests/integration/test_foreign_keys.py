@@ -19,11 +19,13 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from dms import tenancy
 from dms.schema import tenant as t
+from dms.schema.ddl import execute_ddl
 from dms.testing.factories import (
     DocumentFactory,
     FolderFactory,
@@ -62,7 +64,11 @@ def world(engine: Engine, tenant_conn: Connection, user_id: uuid.UUID) -> World:
         field_id=multi_field["id"],
         field_type="multi_select",
     )
+    group = conn.execute(
+        sa.insert(t.access_groups).values(name="readers").returning(t.access_groups.c.id)
+    ).scalar_one()
     return {
+        "group": group,
         "user": user_id,
         "stranger": _new_user(engine),  # a user whom no row of the tenant names yet
         "folder": folder["id"],
@@ -120,10 +126,22 @@ class FkCase:
     #: What refuses the broken row when ``constraint`` cannot be reached by an insert: a row
     #: naming an unknown user first enlists them in known_users (trigger), which refuses.
     refused_by: str = ""
+    #: A table only the database's triggers write (access_rules refuses a direct statement):
+    #: the case disables that trigger in its (rolled back) transaction to reach the key.
+    derived: bool = False
+    #: What a user's removal does to a row that names them (the key's ON DELETE): ``refused``,
+    #: or ``gone`` (the row goes, CASCADE) or ``unset`` (the column is cleared, SET NULL).
+    when_user_goes: str = "refused"
 
 
 #: known_users' key to the IAM's users: what refuses a row that names an unknown user.
 UNKNOWN_USER = "fk_known_users_id_users"
+NIL = uuid.UUID(t.NIL_ID)
+
+
+def _entry(**entry: Any) -> Callable[[World], dict[str, Any]]:
+    """An access entry (migration 0016) of the world's objects and principals, by their names."""
+    return lambda w: {"rights": 1, **{column: w[name] for column, name in entry.items()}}
 
 
 FK_CASES = [
@@ -302,7 +320,86 @@ FK_CASES = [
         lambda w: {"document_id": w["document"], "part_no": 2, "config": "simple", "terms": "w"},
         ("document_id",),
     ),
+    # Access control (migration 0016).
+    FkCase(
+        "fk_folders_owner_id_known_users",
+        t.folders,
+        lambda w: {"name": "Owned", "created_by": w["user"], "owner_id": w["user"]},
+        ("owner_id",),
+        refused_by=UNKNOWN_USER,
+        when_user_goes="unset",
+    ),
+    FkCase(
+        "fk_documents_owner_id_known_users",
+        t.documents,
+        lambda w: {"title": "Owned", "created_by": w["user"], "owner_id": w["user"]},
+        ("owner_id",),
+        refused_by=UNKNOWN_USER,
+        when_user_goes="unset",
+    ),
+    FkCase(
+        "fk_access_group_members_group_id_access_groups",
+        t.access_group_members,
+        lambda w: {"group_id": w["group"], "user_id": w["user"]},
+        ("group_id",),
+    ),
+    FkCase(
+        "fk_access_group_members_user_id_known_users",
+        t.access_group_members,
+        lambda w: {"group_id": w["group"], "user_id": w["user"]},
+        ("user_id",),
+        refused_by=UNKNOWN_USER,
+        when_user_goes="gone",
+    ),
+    FkCase(
+        "fk_access_entries_folder_id_folders",
+        t.access_entries,
+        _entry(folder_id="folder"),
+        ("folder_id",),
+    ),
+    FkCase(
+        "fk_access_entries_document_id_documents",
+        t.access_entries,
+        _entry(document_id="document"),
+        ("document_id",),
+    ),
+    FkCase(
+        "fk_access_entries_user_id_known_users",
+        t.access_entries,
+        _entry(user_id="user"),
+        ("user_id",),
+        refused_by=UNKNOWN_USER,
+        when_user_goes="gone",
+    ),
+    FkCase(
+        "fk_access_entries_group_id_access_groups",
+        t.access_entries,
+        _entry(group_id="group"),
+        ("group_id",),
+    ),
+    FkCase(
+        "fk_access_scopes_parent_id_access_scopes",
+        t.access_scopes,
+        lambda w: {"id": uuid.uuid4(), "parent_id": NIL, "inherits": True},
+        ("parent_id",),
+        derived=True,
+    ),
+    FkCase(
+        "fk_access_grants_scope_id_access_scopes",
+        t.access_grants,
+        lambda w: {"scope_id": NIL, "principal_id": uuid.uuid4(), "rights": 1},
+        ("scope_id",),
+        derived=True,
+    ),
 ]
+
+
+def _reach(conn: Connection, case: FkCase) -> None:
+    """Let a direct insert reach ``case``'s table (for this transaction: it is rolled back)."""
+    if case.derived:
+        schema = conn.get_execution_options()["schema_translate_map"][None]
+        table = sql.Identifier(schema, case.table.name)
+        execute_ddl(conn, sql.SQL("ALTER TABLE {} DISABLE TRIGGER access_rules").format(table))
 
 
 def _count(conn: Connection, table: sa.Table) -> int:
@@ -312,6 +409,7 @@ def _count(conn: Connection, table: sa.Table) -> int:
 @pytest.mark.parametrize("case", FK_CASES, ids=lambda case: case.constraint)
 def test_unknown_reference_is_refused(tenant_conn: Connection, world: World, case: FkCase) -> None:
     values = case.row(world) | {column: uuid.uuid4() for column in case.broken}
+    _reach(tenant_conn, case)
     before = _count(tenant_conn, case.table)
 
     with pytest.raises(IntegrityError) as excinfo, tenant_conn.begin_nested():
@@ -328,6 +426,7 @@ def test_same_row_with_known_reference_is_accepted(
     tenant_conn: Connection, world: World, case: FkCase
 ) -> None:
     """Control: the negative case fails only because of the unknown id."""
+    _reach(tenant_conn, case)
     before = _count(tenant_conn, case.table)
 
     tenant_conn.execute(sa.insert(case.table).values(**case.row(world)))
@@ -336,7 +435,9 @@ def test_same_row_with_known_reference_is_accepted(
 
 
 @pytest.mark.parametrize(
-    "case", [case for case in FK_CASES if case.refused_by], ids=lambda case: case.constraint
+    "case",
+    [case for case in FK_CASES if case.refused_by and case.when_user_goes == "refused"],
+    ids=lambda case: case.constraint,
 )
 def test_a_known_user_whom_a_row_names_stays_known(
     engine: Engine, tenant_conn: Connection, world: World, case: FkCase
@@ -400,3 +501,27 @@ def test_every_foreign_key_has_an_index_on_its_leading_column(
 
     assert foreign_keys, "no foreign keys found: the catalog query is wrong"
     assert sorted(name for name, indexed in foreign_keys.items() if not indexed) == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    [case for case in FK_CASES if case.when_user_goes != "refused"],
+    ids=lambda case: case.constraint,
+)
+def test_a_users_removal_takes_their_memberships_and_entries_and_clears_what_they_own(
+    engine: Engine, tenant_conn: Connection, world: World, case: FkCase
+) -> None:
+    """Access rows name a user without holding them: the key follows the user's removal."""
+    author = _new_user(engine)
+    row = case.row(world) | dict.fromkeys(case.broken, author)
+    key = tenant_conn.execute(
+        sa.insert(case.table).values(**row).returning(*case.table.primary_key)
+    )
+    where = [
+        column == value for column, value in zip(case.table.primary_key, key.one(), strict=True)
+    ]
+
+    tenant_conn.execute(sa.delete(t.known_users).where(t.known_users.c.id == author))
+
+    left = tenant_conn.execute(sa.select(case.table.c[case.broken[0]]).where(*where)).all()
+    assert left == ([] if case.when_user_goes == "gone" else [(None,)])

@@ -525,6 +525,9 @@ def test_primary_keys_are_uuids(tenant_conn: Connection, tenant: str) -> None:
         "import_provenance",
         "known_users",
         "audit_events",
+        "access_groups",
+        "access_entries",
+        "access_scopes",
     }
     assert {row.data_type for row in rows} == {"uuid"}
 

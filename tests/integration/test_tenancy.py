@@ -113,6 +113,12 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
         "audit_no_truncate",
         "audit_row",
         "audit_stamp",
+        # Access control (migration 0016): rights before each write, scopes kept after.
+        "access_rules",
+        "access_placed",
+        "access_moved",
+        "access_deleted",
+        "access_changed",
     }
 
 

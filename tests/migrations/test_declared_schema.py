@@ -168,6 +168,7 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine, on_citus: b
                 "require",
                 "folder_scope",
                 "folder_owner",
+                "require_in_folder",
                 "enlist",
                 "refresh",
                 "repoint",

@@ -44,11 +44,15 @@ OWNED_TABLES = {
         "audit_checkpoints",
         "audit_settings",
     },
+    "dms.repositories.access": {"access_groups", "access_group_members", "access_entries"},
 }
 #: Tables a module names without owning them, each with the reason given in its docstring.
 BORROWED_TABLES = {
     # The required field's backfill: documents are the rows that each get a value.
     "dms.repositories.metadata": {"documents"},
+    # The access columns of folders and documents (owner, inheritance), and whether the actor
+    # may see one (row-level security answers a plain read of its id).
+    "dms.repositories.access": {"folders", "documents"},
 }
 #: How the repository modules may use each other: conditions on a table come from its module.
 REPOSITORY_IMPORTS = {
@@ -64,6 +68,7 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.tags": set(),
     "dms.repositories.search": set(),
     "dms.repositories.audit": set(),
+    "dms.repositories.access": set(),
     "dms.repositories.blobs": {"dms.repositories.revisions"},
     # The import's one statement: documents, their first revisions and provenance together.
     "dms.repositories.imports": {
@@ -223,6 +228,9 @@ def test_each_repository_module_builds_sql_for_its_own_tables_only(module: str) 
 DATABASE_WRITES = {
     # Filled by trigger known_users_enlist before a row names a user (migration 0008).
     "known_users",
+    # Effective access, kept by triggers from the entries and the tree (migration 0016).
+    "access_scopes",
+    "access_grants",
 }
 
 
