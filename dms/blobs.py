@@ -228,7 +228,7 @@ def release_blobs(
         return _release(engine, tenant, store, list(storage_keys), settings)
     released: list[str] = []
     while True:
-        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
             candidates = blobs_of(uow).unreferenced(limit=RELEASE_BATCH)
         if not candidates:
             return released
@@ -245,7 +245,7 @@ def _release(
     keys: list[str],
     settings: Settings | None,
 ) -> list[str]:
-    with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+    with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
         registry = blobs_of(uow)
         locked = registry.lock(keys)
         released = registry.delete_unreferenced(locked)
@@ -375,7 +375,7 @@ def _collect_tenant(
         o for o in store.objects(content_space(tenant)) if sha256_of_content_key(o.storage_key)
     )
     while page := _page(found, RELEASE_BATCH):
-        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
             registry = blobs_of(uow)
             known = registry.registered_among(o.storage_key for o in page)
             unknown = [o for o in page if o.storage_key not in known]
@@ -384,7 +384,7 @@ def _collect_tenant(
                 uow.commit()
         adopted += len(unknown)
     if dry_run:
-        with UnitOfWork(engine, tenant=tenant, settings=settings) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
             unreferenced = len(blobs_of(uow).unreferenced(limit=2**31 - 1))
         return adopted, unreferenced
     released = len(release_blobs(engine, tenant=tenant, store=store, settings=settings))

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, migrations, tenancy
 from dms.config import SHARED_SCHEMA
+from dms.domain.audit import OPERATOR
 from dms.errors import NotMigrated, StorageError
 from dms.jobs import JobState
 from dms.jobs.presence import live_workers, unhandled_kinds
@@ -221,7 +222,7 @@ def blob_check(engine: Engine, store: BlobStore) -> Check:
 
 
 def _store_holds_some(engine: Engine, store: BlobStore, slug: str) -> bool:
-    with UnitOfWork(engine, tenant=slug) as uow:
+    with UnitOfWork(engine, tenant=slug, system=OPERATOR) as uow:
         return not absent_sample(uow, store)
 
 

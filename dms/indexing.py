@@ -29,6 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from dms import jobs, tenancy
+from dms.domain.audit import OPERATOR
 from dms.errors import FleetInterrupted, FleetStopped, ValidationError
 from dms.fleet.arguments import Jobs, check_jobs
 from dms.fleet.pool import run_each
@@ -60,7 +61,7 @@ def set_text_search_config(engine: Engine, tenant: str, name: str) -> Reindexed:
     not have; :class:`~dms.errors.TenantNotFound` for an unknown tenant.
     """
     tenancy.validate_slug(tenant)
-    with UnitOfWork(engine, tenant=tenant) as uow:
+    with UnitOfWork(engine, tenant=tenant, system=OPERATOR) as uow:
         uow.search.set_config(name)
         uow.commit()
     return reindex_tenant(engine, tenant)
@@ -72,7 +73,7 @@ def reindex_tenant(engine: Engine, tenant: str, *, batch: int = REINDEX_BATCH) -
     done = 0
     after: uuid.UUID | None = None
     while True:
-        with UnitOfWork(engine, tenant=tenant) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR) as uow:
             stale = uow.search.stale_documents(after=after, limit=batch)
             uow.search.rebuild(stale)
             config = uow.search.config()
@@ -179,7 +180,7 @@ def backfill_extraction(engine: Engine, tenant: str, *, batch: int = BACKFILL_BA
     created = 0
     after: uuid.UUID | None = None
     while True:
-        with UnitOfWork(engine, tenant=tenant) as uow:
+        with UnitOfWork(engine, tenant=tenant, system=OPERATOR) as uow:
             revisions = uow.search.unextracted(
                 uow.documents.current_revisions(), after=after, limit=batch
             )

@@ -30,6 +30,7 @@ from dms.domain import (
     MetadataFilter,
     Tag,
 )
+from dms.domain.audit import OPERATOR
 from dms.domain.search import MAX_PAGE_SIZE
 from dms.errors import NotFound, TenantExists, ValidationError
 from dms.jobs import JobState
@@ -262,7 +263,7 @@ def _summary(engine: Engine) -> list[str]:
     header = ("documents", "revisions", "verified", "jobs done", "dead")
     lines = [f"{'tenant':<9}" + "".join(f"{h:>11}" for h in header)]
     for slug in SEED_TENANTS:
-        with UnitOfWork(engine, tenant=slug) as uow:
+        with UnitOfWork(engine, tenant=slug, system=OPERATOR) as uow:
             documents = search_documents(uow, DocumentQuery(), limit=MAX_PAGE_SIZE).items
             integrity = uow.metadata.get_field_by_name(INTEGRITY_FIELD)
             verified = MetadataFilter(field_id=integrity.id, equals="verified")

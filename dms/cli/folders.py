@@ -13,6 +13,7 @@ from collections import defaultdict
 from dms.cli.context import EXIT_OK, Context
 from dms.cli.output import add_json_flag, emit_json
 from dms.domain import Folder
+from dms.domain.audit import OPERATOR
 from dms.errors import NotFound, ValidationError
 from dms.uow import UnitOfWork
 
@@ -93,7 +94,7 @@ def _create(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
-    with UnitOfWork(ctx.engine, tenant=args.tenant) as uow:
+    with UnitOfWork(ctx.engine, tenant=args.tenant, system=OPERATOR) as uow:
         within = resolve_folder(uow, args.within)
         children = uow.folders.children(within)
     if args.json:
@@ -106,7 +107,7 @@ def _list(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _tree(ctx: Context, args: argparse.Namespace) -> int:
-    with UnitOfWork(ctx.engine, tenant=args.tenant) as uow:
+    with UnitOfWork(ctx.engine, tenant=args.tenant, system=OPERATOR) as uow:
         within = resolve_folder(uow, args.within)
         if within is None:
             found = [f for top in uow.folders.children(None) for f in uow.folders.subtree(top.id)]

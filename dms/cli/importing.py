@@ -69,7 +69,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _import(ctx: Context, args: argparse.Namespace) -> int:
     root = source_root(args.path)
-    into = _resolve_into(ctx, args.tenant, args.into)
+    into = _resolve_into(ctx, args.tenant, args.into, args.user)
     store = ctx.store(args.blobs)
     with _Progress(count_files(root)) as progress, sigterm_as_interrupt() as signals:
 
@@ -102,9 +102,12 @@ def _import(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK if report.complete else EXIT_ERROR
 
 
-def _resolve_into(ctx: Context, tenant: str, into: str | None) -> uuid.UUID | None:
-    """The folder of ``--into``: an id, or a path of names from the top level (ignoring case)."""
-    with UnitOfWork(ctx.engine, tenant=tenant, settings=ctx.settings) as uow:
+def _resolve_into(ctx: Context, tenant: str, into: str | None, user: uuid.UUID) -> uuid.UUID | None:
+    """The folder of ``--into``: an id, or a path of names from the top level (ignoring case).
+
+    Found as the importing user, who must be able to see it (docs/access.md).
+    """
+    with UnitOfWork(ctx.engine, tenant=tenant, user_id=user, settings=ctx.settings) as uow:
         return resolve_folder(uow, into)
 
 

@@ -23,6 +23,7 @@ from dms.cli.context import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Context
 from dms.cli.fleet import add_jobs_option, jobs_of, print_problems, progress, run_fleet
 from dms.cli.output import add_json_flag, emit_json, tell
 from dms.domain import Cursor, DocumentQuery, Page
+from dms.domain.audit import OPERATOR
 from dms.domain.model import Document
 from dms.fleet.report import FleetReport
 from dms.services import search_documents
@@ -82,7 +83,7 @@ def _query(ctx: Context, args: argparse.Namespace) -> int:
         return _usage("--jobs is for reindex")
     text = " ".join(args.words)
     after = None if args.after is None else Cursor.decode(args.after)
-    with UnitOfWork(ctx.engine, tenant=args.tenant) as uow:
+    with UnitOfWork(ctx.engine, tenant=args.tenant, system=OPERATOR) as uow:
         page = search_documents(uow, DocumentQuery(text=text), limit=args.limit, after=after)
     if args.json:
         emit_json(_as_json(args.tenant, text, page))
@@ -128,7 +129,7 @@ def _config(ctx: Context, args: argparse.Namespace) -> int:
     if args.tenant is None or len(args.words) > 1:
         return _usage("config takes --tenant and --set NAME, no words")
     if args.config is None:
-        with UnitOfWork(ctx.engine, tenant=args.tenant) as uow:
+        with UnitOfWork(ctx.engine, tenant=args.tenant, system=OPERATOR) as uow:
             current, available = uow.search.config(), uow.search.available_configs()
         if args.json:
             emit_json({"tenant": args.tenant, "config": current, "available": available})

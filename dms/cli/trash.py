@@ -15,6 +15,7 @@ from dms.cli.arguments import add_blobs_option, duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.output import add_json_flag, confirmed, emit_json
 from dms.domain import Document
+from dms.domain.audit import OPERATOR
 from dms.uow import UnitOfWork
 
 #: Documents counted per statement by ``--dry-run`` and the refusal.
@@ -48,7 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _list(ctx: Context, args: argparse.Namespace) -> int:
-    with UnitOfWork(ctx.engine, tenant=args.tenant) as uow:
+    with UnitOfWork(ctx.engine, tenant=args.tenant, system=OPERATOR) as uow:
         found = uow.documents.trash(limit=args.limit)
     if args.json:
         emit_json({"tenant": args.tenant, "documents": [_row(d) for d in found]})
@@ -85,7 +86,7 @@ def _purge(ctx: Context, args: argparse.Namespace) -> int:
 def _count(ctx: Context, tenant: str, cutoff: datetime) -> int:
     count = 0
     last: Document | None = None
-    with UnitOfWork(ctx.engine, tenant=tenant) as uow:
+    with UnitOfWork(ctx.engine, tenant=tenant, system=OPERATOR) as uow:
         while page := uow.documents.trash(limit=_COUNT_PAGE, after=last, deleted_before=cutoff):
             count += len(page)
             last = page[-1]

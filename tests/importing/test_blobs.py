@@ -29,6 +29,7 @@ from dms.errors import InvariantViolation, NotFound
 from dms.services import create_document, delete_folder
 from dms.storage import LocalBlobStore, content_key
 from dms.testing.blocking import row_lock_waits
+from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 from tests.importing.conftest import content_of, digest, upload
 
@@ -312,3 +313,21 @@ def test_dms_trash_lists_refuses_without_yes_counts_and_purges(
     assert done.startswith(f"purged 1 document(s) of tenant {tenant} deleted before ")
     assert done.endswith("; 1 blob(s) released\n")
     assert not store.exists(key)
+
+
+def test_a_sweep_through_the_application_role_sees_every_revision_of_a_restricted_tenant(
+    engine: Engine, tenant: str, user_id: uuid.UUID, store: LocalBlobStore
+) -> None:
+    """Blob upkeep acts as the operator: under access control, a sweep that saw only what
+    everyone may see would take the blobs of every other revision for unreferenced."""
+    _, key = upload(engine, tenant, user_id, store, b"private bytes")
+    app = application_engine(engine, [tenant])
+    try:
+        with UnitOfWork(app, tenant=tenant, user_id=user_id) as uow:
+            uow.access.revoke()  # everyone's root entry: nobody named sees nothing now
+            uow.commit()
+
+        assert release_blobs(app, tenant=tenant, store=store) == []
+        assert store.get(key) == b"private bytes"
+    finally:
+        app.dispose()
