@@ -47,6 +47,7 @@ from dms.errors import (
     PermissionDenied,
     TenantExists,
     TenantNotFound,
+    TransactionFailed,
     UsersTableMissing,
     ValidationError,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "Tenant",
     "TenantExists",
     "TenantNotFound",
+    "TransactionFailed",
     "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",

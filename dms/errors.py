@@ -24,6 +24,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     │   └── TenantExists            a tenant of that name is registered
     ├── InvariantViolation          the database refused a row (CHECK, trigger)
     ├── ConcurrentUpdate            optimistic-concurrency version was stale
+    ├── TransactionFailed           commit of a unit whose transaction a failed statement ended
     ├── LeaseLost                   a job's lease passed to another worker
     ├── JobFinished                 a job already done cannot be cancelled
     └── PermanentFailure            raised by a job handler: dead at once, no retry
@@ -202,6 +203,14 @@ class InvariantViolation(DmsError):
 
 class ConcurrentUpdate(DmsError):
     """The row changed since the caller read it (stale ``version``)."""
+
+
+class TransactionFailed(DmsError):
+    """A unit of work was committed after a statement failed in it outside a savepoint.
+
+    PostgreSQL ends such a transaction: nothing of it can commit. Raised by ``commit()`` (after
+    rolling back) instead of letting the commit pass as if the work were kept.
+    """
 
 
 class LeaseLost(DmsError):

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
+from psycopg import pq
 from sqlalchemy.engine import Connection, Engine, Transaction
 
 from dms import tenancy
 from dms.config import Settings, settings_of
 from dms.domain.validation import shown
-from dms.errors import ConfigurationError, DmsError
+from dms.errors import ConfigurationError, DmsError, TransactionFailed
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,14 @@ class TenantTransaction:
             return
         if self._transaction is None or not self._transaction.is_active:
             raise DmsError(f"nothing to commit: the {type(self).__name__} is not open")
+        if self._conn is not None and _failed(self._conn):
+            # PostgreSQL answers COMMIT of a failed transaction with a ROLLBACK, and the driver
+            # raises nothing: the caller would believe the work committed.
+            self._transaction.rollback()
+            raise TransactionFailed(
+                f"the {type(self).__name__} of tenant {self.tenant!r} cannot commit: a statement "
+                "failed in it (outside a savepoint) and nothing of it was kept"
+            )
         self._transaction.commit()
 
     def rollback(self) -> None:
@@ -150,3 +159,10 @@ class TenantTransaction:
 
     def _ended(self) -> None:
         """What a subclass lets go of when the unit ends (the unit of work, its repositories)."""
+
+
+def _failed(conn: Connection) -> bool:
+    """Whether the server holds ``conn``'s transaction as failed (a statement errored in it)."""
+    driver = conn.connection.driver_connection
+    status = getattr(getattr(driver, "info", None), "transaction_status", None)
+    return bool(status == pq.TransactionStatus.INERROR)

@@ -453,7 +453,8 @@ BEGIN
 END
 """
 
-#: Groups and memberships are the tenant's: changing them needs manage on the root. A trigger
+#: Groups and memberships are the tenant's: changing them needs manage on the root (and so does
+#: deleting a tag, field or option: see TRIGGERS). A trigger
 #: argument names the column of a user to enlist (not TG_TABLE_NAME: on Citus the trigger runs
 #: on a shard, whose table has another name).
 ROOT_RULES = f"""
@@ -567,6 +568,12 @@ TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
         None,
         "access_root_rules",
         "user_id",
+    ),
+    # Deleting a tag, a field or an option reaches into every document that uses it, seen or
+    # not: it needs manage at the root. Adding and renaming them is anyone's.
+    *(
+        ("access_rules", table, "BEFORE DELETE", None, "access_root_rules", None)
+        for table in ("tags", "metadata_fields", "metadata_field_options")
     ),
     ("access_rules", "access_scopes", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),
     ("access_rules", "access_grants", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),

@@ -114,9 +114,10 @@ class TagRepository(Repository):
     def delete(self, tag_id: uuid.UUID) -> None:
         """Delete a tag and its links to documents."""
         check_id("tag", tag_id)
-        deleted = self._execute(
-            sa.delete(_t).where(_t.c.id == tag_id).returning(_t.c.id)
-        ).one_or_none()
+        with translated(self._conn, f"tag {tag_id}"):
+            deleted = self._execute(
+                sa.delete(_t).where(_t.c.id == tag_id).returning(_t.c.id)
+            ).one_or_none()
         if deleted is None:
             raise NotFound(f"tag {tag_id} does not exist")
 
@@ -154,12 +155,13 @@ class TagRepository(Repository):
         """
         documents = check_ids("document", document_ids)
         tags = check_ids("tag", tag_ids)
-        unlinked = self._execute(
-            sa.delete(_links)
-            .where(_links.c.document_id.in_(documents), _links.c.tag_id.in_(tags))
-            .returning(_links.c.document_id)
-        ).scalars()
-        return list(unlinked)
+        with translated(self._conn, f"links of tags {tags} to documents {documents}"):
+            unlinked = self._execute(
+                sa.delete(_links)
+                .where(_links.c.document_id.in_(documents), _links.c.tag_id.in_(tags))
+                .returning(_links.c.document_id)
+            ).scalars()
+            return list(unlinked)
 
     def tags_of(self, document_id: uuid.UUID) -> list[Tag]:
         """Return the document's tags, ordered by name."""

@@ -237,6 +237,24 @@ def test_a_document_entry_and_ownership_reach_one_document(
         uow.commit()
 
 
+def test_deleting_a_tag_used_where_one_cannot_see_needs_manage_at_the_root(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        tag = uow.tags.add(name="secret")
+        uow.tags.link([world.private_doc], [tag.id])
+        uow.access.grant(["edit"], folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        assert uow.tags.get(tag.id).name == "secret"  # the vocabulary is everyone's to see
+        uow.tags.rename(tag.id, name="renamed")
+        with pytest.raises(PermissionDenied, match="manage on the root"):
+            uow.tags.delete(tag.id)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        assert [t.name for t in uow.tags.tags_of(world.private_doc)] == ["renamed"]
+
+
 def test_a_system_principal_acts_on_everything_by_name(
     app_engine: Engine, tenant: str, world: World
 ) -> None:

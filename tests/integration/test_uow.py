@@ -14,7 +14,14 @@ from sqlalchemy.engine import Engine
 from dms import provisioning, tenancy
 from dms.config import Settings, with_settings
 from dms.domain import DocumentQuery
-from dms.errors import AlreadyExists, ConfigurationError, DmsError, NotFound, ValidationError
+from dms.errors import (
+    AlreadyExists,
+    ConfigurationError,
+    DmsError,
+    NotFound,
+    TransactionFailed,
+    ValidationError,
+)
 from dms.schema import tenant as t
 from dms.schema.tenant import USERS_SCHEMA
 from dms.services import add_revision, create_document, define_field, tag_documents
@@ -149,6 +156,20 @@ def test_savepoint_undoes_only_its_block(engine: Engine, tenant: str, user_id: u
     with UnitOfWork(engine, tenant=tenant) as uow:
         titles = [doc.title for doc in uow.documents.search(DocumentQuery()).items]
     assert titles == ["Kept.pdf"]
+
+
+def test_committing_after_a_failed_statement_says_nothing_was_kept(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        uow.folders.add(name="lost")
+        with pytest.raises(sa.exc.DataError):
+            uow.connection.execute(sa.select(sa.cast("not a number", sa.Integer)))
+        with pytest.raises(TransactionFailed, match="nothing of it was kept"):
+            uow.commit()
+
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert uow.folders.children(None) == []
 
 
 def test_refused_statement_keeps_the_unit_usable(

@@ -86,6 +86,9 @@ TENANT_TRIGGERS = {
             "access_group_members",
             "access_scopes",
             "access_grants",
+            "tags",
+            "metadata_fields",
+            "metadata_field_options",
         )
     ),
     ("folders", "access_placed"),
