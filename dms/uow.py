@@ -110,8 +110,7 @@ class UnitOfWork(TenantTransaction):
         return make
 
     def _began(self, conn: Connection) -> None:
-        # On Citus always: the access policies need a setting there (see _act_as).
-        if self._actor is not None or self._context is not None or citus.is_citus(conn):
+        if self._actor is not None or self._context is not None:
             _act_as(conn, self._actor, self._context)
 
     def _ended(self) -> None:

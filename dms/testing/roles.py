@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import citus, tenancy
 from dms.schema.ddl import execute_ddl
 
 #: The role :func:`application_engine` acts as.
@@ -30,6 +30,9 @@ END $$
 """
 
 
+_NESTED = "ALTER ROLE {role} SET citus.allow_nested_distributed_execution = on"
+
+
 def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
     """An engine on ``engine``'s database whose sessions act as :data:`APPLICATION_ROLE`.
 
@@ -40,6 +43,15 @@ def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
     role = sql.Identifier(APPLICATION_ROLE)
     with engine.begin() as conn:
         execute_ddl(conn, sql.SQL(_CREATE).format(role=role))
+        if citus.is_citus(conn):
+            # What docs/access.md asks of an application role on Citus, for its units of work
+            # that name nobody and its raw SQL: on every node (Citus does not pass it on).
+            nested = sql.SQL(_NESTED).format(role=role)
+            execute_ddl(conn, nested)
+            workers = sql.SQL("SELECT run_command_on_workers({})").format(
+                sql.Literal(nested.as_string(conn.connection.driver_connection))
+            )
+            execute_ddl(conn, workers)
         for tenant in tenants:
             schema = sql.Identifier(tenancy.schema_name(tenant))
             execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))

@@ -394,6 +394,13 @@ FK_CASES = [
 ]
 
 
+#: The cases as parameters: a derived table's only on plain PostgreSQL, where its rule can be
+#: disabled for a transaction (Citus refuses ALTER TABLE ... DISABLE TRIGGER on its tables).
+_REACHABLE = [
+    pytest.param(case, marks=pytest.mark.plain_only) if case.derived else case for case in FK_CASES
+]
+
+
 def _reach(conn: Connection, case: FkCase) -> None:
     """Let a direct insert reach ``case``'s table (for this transaction: it is rolled back)."""
     if case.derived:
@@ -406,7 +413,7 @@ def _count(conn: Connection, table: sa.Table) -> int:
     return int(conn.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
 
 
-@pytest.mark.parametrize("case", FK_CASES, ids=lambda case: case.constraint)
+@pytest.mark.parametrize("case", _REACHABLE, ids=lambda case: case.constraint)
 def test_unknown_reference_is_refused(tenant_conn: Connection, world: World, case: FkCase) -> None:
     values = case.row(world) | {column: uuid.uuid4() for column in case.broken}
     _reach(tenant_conn, case)
@@ -421,7 +428,7 @@ def test_unknown_reference_is_refused(tenant_conn: Connection, world: World, cas
     assert _count(tenant_conn, case.table) == before
 
 
-@pytest.mark.parametrize("case", FK_CASES, ids=lambda case: case.constraint)
+@pytest.mark.parametrize("case", _REACHABLE, ids=lambda case: case.constraint)
 def test_same_row_with_known_reference_is_accepted(
     tenant_conn: Connection, world: World, case: FkCase
 ) -> None:
