@@ -70,12 +70,6 @@ SELECT array_remove(ARRAY['{NIL}'::uuid, access_user()], NULL)
     || array(SELECT m.group_id FROM access_group_members m WHERE m.user_id = access_user())
 """
 
-#: The scopes in which the acting principals may view.
-VIEWABLE = f"""
-SELECT g.scope_id FROM access_grants g
- WHERE g.principal_id = ANY (access_principals()) AND g.rights & {VIEW} = {VIEW}
-"""
-
 #: Whether the actor holds ``wanted`` on an object of ``scope`` owned by ``owner``.
 ALLOWS = """
 SELECT access_system()
@@ -485,7 +479,6 @@ FUNCTIONS: tuple[FunctionSource, ...] = (
     ("access_user", "", "uuid", "sql STABLE", ACTING_USER),
     ("access_system", "", "boolean", "sql STABLE", SYSTEM_ACTS),
     ("access_principals", "", "uuid[]", "sql STABLE", PRINCIPALS),
-    ("access_viewable", "", "SETOF uuid", "sql STABLE", VIEWABLE),
     ("access_allows", "scope uuid, owner uuid, wanted integer", "boolean", "sql STABLE", ALLOWS),
     ("access_right_names", "wanted integer", "text", "sql IMMUTABLE", RIGHT_NAMES),
     (
@@ -584,10 +577,15 @@ TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
 #: a policy's names are resolved when it is created, so they are qualified.
 _UNRESTRICTED = "(SELECT pg_trigger_depth() > 0 OR {s}.access_system())"
 
-#: Visible: its owner, the principals granted view on its scope (read once per statement).
+#: Visible: its owner, the principals granted view on its scope. The scopes are read once per
+#: statement (a hashed subplan over an index read of ``access_grants`` for the actor's
+#: principals, themselves an init plan); written out here rather than in a function, which
+#: PostgreSQL would run as an opaque call (its search_path pinned) and not plan with the query.
 _OBJECT_VISIBLE = (
     f"{_UNRESTRICTED} OR owner_id = (SELECT {{s}}.access_user())"
-    " OR access_scope IN (SELECT {s}.access_viewable())"
+    " OR access_scope IN (SELECT g.scope_id FROM {s}.access_grants g"
+    " WHERE g.principal_id = ANY (CAST((SELECT {s}.access_principals()) AS uuid[]))"
+    f" AND g.rights & {VIEW} = {VIEW})"
 )
 _DOCUMENT_VISIBLE = (
     f"{_UNRESTRICTED} OR EXISTS (SELECT 1 FROM {{s}}.documents d WHERE d.id = document_id)"

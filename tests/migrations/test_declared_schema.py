@@ -165,7 +165,6 @@ def test_triggers_and_functions_exist_only_in_migrations(db: Engine, on_citus: b
                 "user",
                 "system",
                 "principals",
-                "viewable",
                 "allows",
                 "right_names",
                 "require",
