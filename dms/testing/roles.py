@@ -11,6 +11,7 @@ transaction mode and on Citus, whose coordinator connects to its nodes as the sa
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import sqlalchemy as sa
 from psycopg import sql
@@ -33,12 +34,14 @@ END $$
 _NESTED = "ALTER ROLE {role} SET citus.allow_nested_distributed_execution = on"
 
 
-def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
+def application_engine(engine: Engine, tenants: Iterable[str], **options: Any) -> Engine:
     """An engine on ``engine``'s database whose sessions act as :data:`APPLICATION_ROLE`.
 
     ``engine`` must be able to create roles and grant on the tenants' schemas. The role gets
-    the use of each tenant's schema and the reading and writing of its tables. Dispose of the
-    returned engine when done.
+    the use of each tenant's schema and the reading and writing of its tables. ``options`` go
+    to :func:`sqlalchemy.create_engine`; without a ``poolclass`` there is no pool (a test's
+    connections end with it), and a benchmark passes a pool so that its timings, like the
+    superuser's, are of warm sessions. Dispose of the returned engine when done.
     """
     role = sql.Identifier(APPLICATION_ROLE)
     with engine.begin() as conn:
@@ -61,4 +64,5 @@ def application_engine(engine: Engine, tenants: Iterable[str]) -> Engine:
                     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}"
                 ).format(schema, role),
             )
-    return sa.create_engine(engine.url.set(username=APPLICATION_ROLE), poolclass=sa.NullPool)
+    url = engine.url.set(username=APPLICATION_ROLE)
+    return sa.create_engine(url, **{"poolclass": sa.NullPool, **options})
