@@ -33,10 +33,12 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from dms import jobs, tenancy
 from dms.config import settings_of
 from dms.domain.validation import shown
+from dms.driver_errors import UNDEFINED_TABLE, sqlstate_of
 from dms.errors import TenantNotFound, ValidationError
 from dms.jobs import Job, NewJob, Schedule
 from dms.repositories.audit import SEAL_BATCH
@@ -102,9 +104,10 @@ def unsealed_tenants(engine: Engine, slugs: Iterable[str]) -> dict[str, uuid.UUI
     """Of ``slugs``, the tenants with unsealed events, each with its oldest one.
 
     One probe per tenant, each in its own unit of work (on Citus, a statement routed to the
-    node holding the tenant); a tenant that does not exist (dropped meanwhile) is left out. A
-    value that is not a list of tenant names is refused before any SQL
-    (:class:`~dms.errors.ValidationError`, :class:`~dms.errors.InvalidTenantName`).
+    node holding the tenant); a tenant that does not exist (dropped meanwhile), or has no trail
+    yet (registered, not migrated to 0013), is left out. A value that is not a list of tenant
+    names is refused before any SQL (:class:`~dms.errors.ValidationError`,
+    :class:`~dms.errors.InvalidTenantName`).
     """
     if isinstance(slugs, str | bytes) or not isinstance(slugs, Iterable):
         raise ValidationError(f"slugs must be a list of tenant names, not {shown(slugs)}")
@@ -116,6 +119,12 @@ def unsealed_tenants(engine: Engine, slugs: Iterable[str]) -> dict[str, uuid.UUI
             with UnitOfWork(engine, tenant=slug, settings=settings) as uow:
                 oldest = uow.audit.oldest_unsealed()
         except TenantNotFound:
+            continue
+        except DBAPIError as exc:
+            if sqlstate_of(exc) != UNDEFINED_TABLE:
+                raise
+            # Registered, but not migrated to the trail (0013) yet, as in a rolling upgrade.
+            _log.debug("tenant %s has no audit trail yet: not sealed", slug)
             continue
         if oldest is not None:
             found[slug] = oldest

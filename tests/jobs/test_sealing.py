@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,15 +38,6 @@ from dms.uow import UnitOfWork
 from dms.worker import DocumentWorker
 from tests.conftest import new_slug
 from tests.jobs.conftest import wait_for
-
-
-@pytest.fixture
-def quiet_tenant(engine: Engine) -> Iterator[str]:
-    """A second tenant, with no events; dropped afterwards."""
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
 
 
 def _write_events(engine: Engine, tenant: str, user_id: uuid.UUID, count: int = 3) -> None:
@@ -84,26 +75,26 @@ def _job(engine: Engine, tenant: str) -> jobs.Job:
 
 
 def test_a_sweep_enqueues_a_seal_job_only_for_tenants_with_unsealed_events_and_only_once(
-    engine: Engine, tenant: str, quiet_tenant: str, user_id: uuid.UUID
+    engine: Engine, tenant: str, other_tenant: str, user_id: uuid.UUID
 ) -> None:
     _write_events(engine, tenant, user_id)
-    _sweep(engine, quiet_tenant)
-    _sweep(engine, quiet_tenant)  # a later tick while the first job still waits
+    _sweep(engine, other_tenant)
+    _sweep(engine, other_tenant)  # a later tick while the first job still waits
     with engine.connect() as conn:
         assert _seal_jobs(conn, tenant) == 1
-        assert _seal_jobs(conn, quiet_tenant) == 0
+        assert _seal_jobs(conn, other_tenant) == 0
     seal_audit_trail(engine, tenant)
     _write_events(engine, tenant, user_id, count=1)
-    _sweep(engine, quiet_tenant)  # new events after the seal: a new job
+    _sweep(engine, other_tenant)  # new events after the seal: a new job
     with engine.connect() as conn:
         assert _seal_jobs(conn, tenant) == 2
 
 
 def test_a_worker_with_dms_handlers_seals_every_tenant_by_itself(
-    engine: Engine, tenant: str, quiet_tenant: str, user_id: uuid.UUID, tmp_path: Path
+    engine: Engine, tenant: str, other_tenant: str, user_id: uuid.UUID, tmp_path: Path
 ) -> None:
     _write_events(engine, tenant, user_id)
-    _write_events(engine, quiet_tenant, user_id, count=1)
+    _write_events(engine, other_tenant, user_id, count=1)
     every_second = with_settings(engine, Settings(audit_seal_cron="* * * * * *"))
     worker = DocumentWorker(
         every_second, handlers(LocalBlobStore(tmp_path)), poll_seconds=0.2, listen=False
@@ -113,13 +104,13 @@ def test_a_worker_with_dms_handlers_seals_every_tenant_by_itself(
         wait_for(
             lambda: all(
                 verify_audit_trail(engine, slug, seal=False).unsealed == 0
-                for slug in (tenant, quiet_tenant)
+                for slug in (tenant, other_tenant)
             ),
             timeout=30,
         )
     finally:
         worker.stop(grace_seconds=5)
-    for slug in (tenant, quiet_tenant):
+    for slug in (tenant, other_tenant):
         report = verify_audit_trail(engine, slug, seal=False)
         assert report.intact
         assert report.head > 0
@@ -166,8 +157,8 @@ def test_a_tenant_dropped_between_tick_and_seal_leaves_no_job_behind(
         assert jobs.stats(conn, kind=SEAL_AUDIT_TRAIL).total(JobState.DEAD) == 0
 
 
-def test_a_sweep_passes_over_tenants_dropped_while_it_runs(
-    engine: Engine, tenant: str, user_id: uuid.UUID
+def test_a_sweep_passes_over_tenants_dropped_while_it_runs_or_without_a_trail(
+    engine: Engine, tenant: str, user_id: uuid.UUID, tenants: Callable[[int], list[str]]
 ) -> None:
     doomed = new_slug()
     provisioning.create_tenant(engine, doomed)
@@ -177,6 +168,7 @@ def test_a_sweep_passes_over_tenants_dropped_while_it_runs(
     provisioning.drop_tenant(engine, doomed)
     assert sorted(due) == sorted([tenant, doomed])
     assert unsealed_tenants(engine, [doomed]) == {}  # probed after the drop: passed over
+    assert unsealed_tenants(engine, tenants(1)) == {}  # registered, without a trail: passed over
     with UnitOfWork(engine, tenant=tenant) as uow:
         assert enqueue_seals(uow, due) == 1  # enqueued after the drop: the others still are
         uow.commit()
