@@ -15,6 +15,7 @@ variable                    meaning                                     default
 ``DMS_LOCK_TIMEOUT_MS``     ``lock_timeout`` of DDL transactions        ``5000``
 ``DMS_LOG_LEVEL``           level of the ``dms`` command's log lines    ``WARNING``
 ``DMS_LOG_FORMAT``          ``plain`` or ``json`` log lines             ``plain``
+``DMS_AUDIT_SEAL_CRON``     when workers seal the audit trails, or off  ``* * * * *``
 ==========================  ==========================================  ====================
 """
 
@@ -59,6 +60,8 @@ class Settings:
     lock_timeout_ms: int = 5000
     log_level: str = "WARNING"
     log_format: LogFormat = "plain"
+    audit_seal_cron: str = "* * * * *"
+    """When the workers seal every tenant's audit trail (:mod:`dms.sealing`); ``off``: never."""
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail later, deep inside SQL."""
@@ -92,6 +95,7 @@ class Settings:
             "users_schema": (str,),
             "log_level": (str,),
             "log_format": (str,),
+            "audit_seal_cron": (str,),
         }
         for name, types in expected.items():
             value = getattr(self, name)
@@ -120,6 +124,7 @@ class Settings:
             lock_timeout_ms=lock_timeout_ms,
             log_level=env.get("DMS_LOG_LEVEL", "WARNING").upper(),
             log_format=cast(LogFormat, env.get("DMS_LOG_FORMAT", "plain").lower()),
+            audit_seal_cron=env.get("DMS_AUDIT_SEAL_CRON", "* * * * *").strip(),
         )
 
 

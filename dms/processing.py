@@ -25,6 +25,8 @@ store holds the tenant's other blobs: a store that holds none of them is the wro
 the job fails with :class:`~dms.errors.StorageError` (retried, then dead) saying which store it
 asked (:func:`require_plausible_store`).
 
+``audit.sweep`` and ``audit.seal`` seal every tenant's audit trail (:mod:`dms.sealing`).
+
 Enqueue it in the transaction that adds the revision (:func:`enqueue_verification`, or
 :func:`verification_jobs` with :func:`dms.jobs.enqueue_many` for a batch): a rolled back upload
 takes its job with it, and the idempotency key makes a second enqueue a no-op.
@@ -49,6 +51,7 @@ from dms.errors import (
 )
 from dms.extraction import DEFAULT_EXTRACTORS, ExtractorRegistry, extract_text
 from dms.jobs import Enqueued, Handler, Job, NewJob
+from dms.sealing import SEAL_AUDIT_TRAIL, SWEEP_AUDIT_TRAILS, seal_batch, sweep_audit_trails
 from dms.services import (
     EXTRACT_REVISION,
     clear_value,
@@ -267,9 +270,12 @@ def handlers(
 ) -> Mapping[str, Handler[UnitOfWork]]:
     """Every job kind ``dms`` ships, mapped to its handler.
 
-    ``extractors``: see :mod:`dms.extraction` for adding OCR or office formats.
+    ``extractors``: see :mod:`dms.extraction` for adding OCR or office formats. A
+    :class:`dms.DocumentWorker` given the sealing kinds keeps their schedule registered.
     """
     return {
         VERIFY_REVISION: verify_revision(store),
         EXTRACT_REVISION: extract_revision(store, extractors),
+        SWEEP_AUDIT_TRAILS: sweep_audit_trails,
+        SEAL_AUDIT_TRAIL: seal_batch,
     }

@@ -125,6 +125,15 @@ def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
+def other_tenant(engine: Engine) -> Iterator[str]:
+    """A second tenant, made like ``tenant`` (no events yet); dropped afterwards."""
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
+@pytest.fixture
 def user_id(engine: Engine) -> uuid.UUID:
     """A user in the stand-in users table."""
     with engine.begin() as conn:

@@ -19,7 +19,7 @@ from dms.jobs import App, Handler, Schedule
 from dms.storage import BlobStore
 from dms.uow import UnitOfWork
 
-#: The app of dms's own job kinds (verification and text extraction).
+#: The app of dms's own job kinds (verification, text extraction, the audit trail's sealing).
 BUILT_IN = "dms.processing:handlers"
 
 

@@ -264,6 +264,21 @@ class AuditRepository(Repository):
         )
         return Sealed(count=len(rows), last=(rows[-1].occurred_at, rows[-1].id))
 
+    def oldest_unsealed(self) -> uuid.UUID | None:
+        """The id of the oldest event not sealed yet (the next a sealer takes); ``None``: none.
+
+        One probe of the partial index ``ix_audit_events_unsealed``: what the sealing sweep
+        asks of every tenant (:mod:`dms.sealing`), so it must cost next to nothing when the
+        answer is none.
+        """
+        oldest: uuid.UUID | None = self._execute(
+            sa.select(_e.c.id)
+            .where(_e.c.seq.is_(None))
+            .order_by(_e.c.occurred_at, _e.c.id)
+            .limit(1)
+        ).scalar_one_or_none()
+        return oldest
+
     def unsealed(self) -> int:
         """How many events are not sealed yet."""
         return int(self._execute(sa.select(sa.func.count()).where(_e.c.seq.is_(None))).scalar_one())

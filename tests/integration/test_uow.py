@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import provisioning, tenancy
+from dms import tenancy
 from dms.config import Settings, with_settings
 from dms.domain import DocumentQuery
 from dms.errors import (
@@ -27,21 +26,12 @@ from dms.schema.tenant import USERS_SCHEMA
 from dms.services import add_revision, create_document, define_field, tag_documents
 from dms.transaction import TenantTransaction
 from dms.uow import UnitOfWork
-from tests.conftest import new_slug
 
 
 def count(engine: Engine, tenant: str, table: sa.Table) -> int:
     with engine.connect() as conn:
         routed = tenancy.route(conn, tenant)
         return int(routed.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
-
-
-@pytest.fixture
-def other_tenant(engine: Engine) -> Iterator[str]:
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
 
 
 def test_commit_persists(engine: Engine, tenant: str, user_id: uuid.UUID) -> None:

@@ -18,10 +18,14 @@ from dms.cli import main
 from dms.cli.apps import load_apps
 from dms.errors import ConfigurationError
 from dms.processing import VERIFY_REVISION
+from dms.sealing import SEAL_AUDIT_TRAIL, SWEEP_AUDIT_TRAILS
 from dms.services import EXTRACT_REVISION
 from dms.storage import LocalBlobStore
 from tests.jobs.app_example import EVERY_SECOND, GREET, STORED, TENANT_VARIABLE, greet
 from tests.jobs.conftest import wait_for
+
+#: dms's own kinds, always loaded: verification, extraction, the audit trail's sealing.
+BUILT_IN_KINDS = {VERIFY_REVISION, EXTRACT_REVISION, SWEEP_AUDIT_TRAILS, SEAL_AUDIT_TRAIL}
 
 
 def _url(url: URL) -> str:
@@ -35,14 +39,11 @@ def test_apps_add_their_handlers_to_dms_own(tmp_path: Path) -> None:
         ["tests.jobs.app_example:handlers", "tests.jobs.app_example:with_store"], store
     )
 
-    assert set(loaded.handlers) == {VERIFY_REVISION, EXTRACT_REVISION, GREET, STORED}
+    assert set(loaded.handlers) == {*BUILT_IN_KINDS, GREET, STORED}
     assert loaded.handlers[GREET] is greet
     assert loaded.schedules == ()
-    assert set(load_apps([], store).handlers) == {VERIFY_REVISION, EXTRACT_REVISION}
-    assert set(load_apps(["dms.processing:handlers"], store).handlers) == {
-        VERIFY_REVISION,
-        EXTRACT_REVISION,
-    }
+    assert set(load_apps([], store).handlers) == BUILT_IN_KINDS
+    assert set(load_apps(["dms.processing:handlers"], store).handlers) == BUILT_IN_KINDS
 
 
 def test_an_app_brings_its_schedules(tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_dms_worker_refuses_a_kind_it_has_no_handler_for(
     assert status == 1
     assert capsys.readouterr().err == (
         "error: no handler for job kind(s) thumbnail.make "
-        "(handlers: revision.extract, revision.verify)\n"
+        "(handlers: audit.seal, audit.sweep, revision.extract, revision.verify)\n"
     )
 
 

@@ -5,7 +5,8 @@ each pass in a transaction of its own on a held connection; passes of several wo
 different schedules (row locks, SKIP LOCKED), so a tick is enqueued once however many workers
 run, and a worker that dies mid-pass leaves the tick to the next pass of any worker. Every
 :data:`~dms.jobs.presence.ANNOUNCE_SECONDS` (and first of all) it also announces the worker and
-its kinds (:mod:`dms.jobs.presence`).
+its kinds (:mod:`dms.jobs.presence`). After the ticks, each pass runs the worker's own duties
+(:meth:`dms.jobs.Worker.on_tick`, nothing for a plain worker) in a transaction of their own.
 """
 
 from __future__ import annotations
@@ -35,10 +36,20 @@ class Ticker:
     """Ticks the schedules every :data:`TICK_SECONDS` and announces the worker, until it stops."""
 
     def __init__(
-        self, engine: Engine, *, name: str, kinds: Collection[str], stopping: threading.Event
+        self,
+        engine: Engine,
+        *,
+        name: str,
+        kinds: Collection[str],
+        stopping: threading.Event,
+        duties: Callable[[Connection], None] | None = None,
     ) -> None:
-        """Tick and announce worker ``name`` (of ``kinds``) through a held connection."""
+        """Tick and announce worker ``name`` (of ``kinds``) through a held connection.
+
+        ``duties``: run after each pass's ticks, in a transaction of their own.
+        """
         self._session = HeldSession(engine, autocommit=False)
+        self._duties = duties
         self._name = name
         self._kinds = tuple(kinds)
         self._stopping = stopping
@@ -50,6 +61,7 @@ class Ticker:
             self.announce_if_due()
             while not self._stopping.wait(TICK_SECONDS):
                 self.tick_once()
+                self.run_duties()
                 self.announce_if_due()
         finally:
             self._session.close()
@@ -69,6 +81,15 @@ class Ticker:
                 "worker %s: schedule %s enqueued %d job(s)", self._name, tick.name, len(tick.ticks)
             )
         return ticks
+
+    def run_duties(self) -> None:
+        """The worker's own duties, committed; a database error waits for the next pass."""
+        if self._duties is None:
+            return
+        try:
+            self._session.run(_in_transaction(self._duties))
+        except sa.exc.DBAPIError as exc:
+            log.warning("worker %s: its periodic duties failed (%s)", self._name, exc.orig)
 
     def announce_if_due(self) -> None:
         """Announce the worker if it never did, or did :data:`ANNOUNCE_SECONDS` ago."""

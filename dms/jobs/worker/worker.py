@@ -17,7 +17,7 @@ from types import FrameType
 from typing import ClassVar, Generic, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
 from dms.domain.validation import check_flag
 from dms.errors import ValidationError
@@ -223,7 +223,26 @@ class Worker(Generic[U]):
         )
 
     def _ticker(self) -> Part:
-        return Ticker(self._engine, name=self.name, kinds=self._kinds, stopping=self._stopping)
+        return Ticker(
+            self._engine,
+            name=self.name,
+            kinds=self._kinds,
+            stopping=self._stopping,
+            duties=self.on_tick,
+        )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The job kinds this worker claims."""
+        return self._kinds
+
+    def on_tick(self, conn: Connection) -> None:
+        """Run by the ticker about once a second, after the schedules' ticks; nothing here.
+
+        A hook for a worker one layer up (:class:`dms.DocumentWorker` keeps the audit trail's
+        sealing scheduled): ``conn`` is in a transaction of its own, committed when this
+        returns; a database error rolls it back and waits for the next pass.
+        """
 
     def _listener(self, url: str) -> Part:
         return Listener(
