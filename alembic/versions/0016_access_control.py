@@ -131,35 +131,49 @@ BEGIN
 END
 """
 
-#: Recompute a scope's grants, then those of the scopes that inherit from it. Its own entries
-#: first, then (if it inherits) its parent's grants, each principal's rights or-ed together by
-#: the conflict clause.
+#: Recompute a scope's grants, then those of the scopes that inherit from it: its own entries,
+#: with its parent's grants if it inherits, each principal's rights or-ed together. Only what
+#: changed is written (a refresh reaches every scope below, and a rewrite of their unchanged
+#: grants would leave dead rows for every later read of the grants to step over). Row by row,
+#: in single-table statements: on Citus an INSERT ... SELECT fails here for an ordinary role
+#: (from a table under row-level security, Citus 13.2 deparses its shard query wrongly; from
+#: arrays, it inserts nothing).
 REFRESH = f"""
 DECLARE
     parent uuid;
     inheriting boolean;
     child uuid;
     granted record;
+    wanted jsonb := '{{}}';
 BEGIN
     SELECT s.parent_id, s.inherits INTO parent, inheriting FROM access_scopes s WHERE s.id = scope;
-    DELETE FROM access_grants WHERE scope_id = scope;
-    -- Row by row: on Citus an INSERT ... SELECT from a table under row-level security fails
-    -- for an ordinary role (Citus 13.2 deparses its shard query wrongly); an object has few.
     FOR granted IN
-        SELECT coalesce(e.user_id, e.group_id, '{NIL}'::uuid) AS principal_id, e.rights
+        SELECT coalesce(e.user_id, e.group_id, '{NIL}'::uuid)::text AS principal, e.rights
           FROM access_entries e
          WHERE e.folder_id = scope OR e.document_id = scope
             OR (scope = '{NIL}'::uuid AND e.folder_id IS NULL AND e.document_id IS NULL)
     LOOP
-        INSERT INTO access_grants AS held (scope_id, principal_id, rights)
-        VALUES (scope, granted.principal_id, granted.rights)
-        ON CONFLICT (scope_id, principal_id) DO UPDATE SET rights = held.rights | excluded.rights;
+        wanted := wanted || jsonb_build_object(
+            granted.principal, coalesce((wanted ->> granted.principal)::int, 0) | granted.rights);
     END LOOP;
     IF inheriting THEN
-        INSERT INTO access_grants AS held (scope_id, principal_id, rights)
-        SELECT scope, g.principal_id, g.rights FROM access_grants g WHERE g.scope_id = parent
-        ON CONFLICT (scope_id, principal_id) DO UPDATE SET rights = held.rights | excluded.rights;
+        FOR granted IN
+            SELECT g.principal_id::text AS principal, g.rights FROM access_grants g
+             WHERE g.scope_id = parent
+        LOOP
+            wanted := wanted || jsonb_build_object(granted.principal,
+                coalesce((wanted ->> granted.principal)::int, 0) | granted.rights);
+        END LOOP;
     END IF;
+    DELETE FROM access_grants g WHERE g.scope_id = scope AND NOT wanted ? g.principal_id::text;
+    FOR granted IN
+        SELECT w.key AS principal, w.value::smallint AS rights FROM jsonb_each_text(wanted) w
+    LOOP
+        INSERT INTO access_grants AS held (scope_id, principal_id, rights)
+        VALUES (scope, granted.principal::uuid, granted.rights)
+        ON CONFLICT (scope_id, principal_id) DO UPDATE SET rights = excluded.rights
+         WHERE held.rights <> excluded.rights;
+    END LOOP;
     FOR child IN SELECT s.id FROM access_scopes s WHERE s.parent_id = scope AND s.inherits LOOP
         PERFORM access_refresh(child);
     END LOOP;

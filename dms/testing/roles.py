@@ -10,12 +10,14 @@ transaction mode and on Citus, whose coordinator connects to its nodes as the sa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from dms import citus, tenancy
 from dms.schema.ddl import execute_ddl
@@ -46,15 +48,10 @@ def application_engine(engine: Engine, tenants: Iterable[str], **options: Any) -
     role = sql.Identifier(APPLICATION_ROLE)
     with engine.begin() as conn:
         execute_ddl(conn, sql.SQL(_CREATE).format(role=role))
-        if citus.is_citus(conn):
-            # What docs/access.md asks of an application role on Citus, for its units of work
-            # that name nobody and its raw SQL: on every node (Citus does not pass it on).
-            nested = sql.SQL(_NESTED).format(role=role)
-            execute_ddl(conn, nested)
-            workers = sql.SQL("SELECT run_command_on_workers({})").format(
-                sql.Literal(nested.as_string(conn.connection.driver_connection))
-            )
-            execute_ddl(conn, workers)
+        on_citus = citus.is_citus(conn)
+    if on_citus:
+        _allow_nested_execution(engine, role)
+    with engine.begin() as conn:
         for tenant in tenants:
             schema = sql.Identifier(tenancy.schema_name(tenant))
             execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))
@@ -66,3 +63,31 @@ def application_engine(engine: Engine, tenants: Iterable[str], **options: Any) -
             )
     url = engine.url.set(username=APPLICATION_ROLE)
     return sa.create_engine(url, **{"poolclass": sa.NullPool, **options})
+
+
+#: Tries at changing the role on Citus, where parallel test processes race to change it.
+_ATTEMPTS = 10
+
+
+def _allow_nested_execution(engine: Engine, role: sql.Identifier) -> None:
+    """Give the role what docs/access.md asks of an application role on Citus, on every node.
+
+    For its units of work that name nobody and its raw SQL; Citus does not pass the setting on
+    to its workers. Parallel test processes race to change the role ("tuple concurrently
+    updated"): the loser tries again.
+    """
+    nested = sql.SQL(_NESTED).format(role=role)
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            with engine.begin() as conn:
+                execute_ddl(conn, nested)
+                on_workers = sql.SQL("SELECT run_command_on_workers({})").format(
+                    sql.Literal(nested.as_string(conn.connection.driver_connection))
+                )
+                execute_ddl(conn, on_workers)
+        except DBAPIError:
+            if attempt == _ATTEMPTS:
+                raise
+            time.sleep(0.1 * attempt)
+        else:
+            return
