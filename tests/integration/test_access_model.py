@@ -1,0 +1,561 @@
+"""Effective access, kept incrementally by the database, against a reference model in Python.
+
+Hypothesis drives a state machine over one small world per run: a folder tree (up to
+:data:`MAX_FOLDERS` folders, some not inheriting), documents in folders or at the top level
+(some with revisions), :data:`USERS` users, :data:`GROUPS` groups with changing members, access
+entries for users, groups and everyone on folders, documents and the root, and owners (or
+none). Its rules change the world as a system principal through the unit of work: add folders
+and documents, move them, switch inheritance, grant and revoke, add and remove members, replace
+a group (its entries go with it), give objects away, purge documents. Each change is kept by the
+triggers of migration 0016 incrementally (scopes, grants, rows repointed on moves); the model
+recomputes everything from scratch from the rules of docs/access.md.
+
+After every step, what every user sees must agree with the model: a search of every document,
+the children of every folder that has some and of the top level, and ``access.rights`` at the
+root. A rule checks every read path of one user, object by object: the search page by page
+(keyset), ``documents.get`` and ``folders.get`` (:class:`~dms.errors.NotFound` for what the
+user may not view), revision histories, and ``access.rights`` on every folder and document.
+Another tries a rename as one user (never committed): it must succeed with ``EDIT``, be refused
+with :class:`~dms.errors.PermissionDenied` if the user may only view, and be
+:class:`~dms.errors.NotFound` if the user may not view.
+
+Everything acts through the application's ordinary role
+(:func:`dms.testing.roles.application_engine`): a superuser passes row-level security. The
+module's one tenant is emptied at the start of each run (creating a tenant costs seconds).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy.engine import Connection, Engine
+
+from dms import provisioning
+from dms.domain import DocumentQuery
+from dms.domain.access import ALL_RIGHTS, Rights, check_rights
+from dms.errors import InvariantViolation, NotFound, PermissionDenied
+from dms.schema import tenant as t
+from dms.testing.factories import DocumentFactory, FolderFactory, RevisionFactory
+from dms.testing.roles import application_engine
+from dms.uow import UnitOfWork
+from dms.users import create_user
+from tests.conftest import new_slug
+
+#: Runs of the state machine, and steps per run: 20 s to a minute on two busy shared cores.
+EXAMPLES = 30
+STEPS = 12
+#: The size of a world.
+MAX_FOLDERS = 8
+MAX_DOCUMENTS = 6
+USERS = 4
+GROUPS = 2
+#: Documents per page when the search is read page by page (keyset pages).
+PAGE_SIZE = 2
+#: The system principal that builds the world.
+SYSTEM = "model"
+
+
+# --- the reference model -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A folder, a document or the root, by its name in the model (``f0``, ``d3``, ``root``)."""
+
+    kind: Literal["folder", "document", "root"]
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+ROOT = Ref("root", "root")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A user or a group by its slot (``user 2``, ``group 0``), or everyone."""
+
+    kind: Literal["user", "group", "everyone"]
+    slot: int = 0
+
+    def __repr__(self) -> str:
+        return "everyone" if self.kind == "everyone" else f"{self.kind} {self.slot}"
+
+
+EVERYONE = Principal("everyone")
+
+
+@dataclass
+class ModelFolder:
+    """A folder as the model sees it."""
+
+    id: uuid.UUID
+    name: str
+    parent: str | None
+    inherits: bool
+    owner: int | None
+
+
+@dataclass
+class ModelDocument:
+    """A document as the model sees it."""
+
+    id: uuid.UUID
+    title: str
+    folder: str | None
+    owner: int | None
+    revisions: int
+
+
+@dataclass
+class Model:
+    """The world, and who may do what in it, recomputed from scratch by the rules of
+    docs/access.md."""
+
+    folders: dict[str, ModelFolder] = field(default_factory=dict)
+    documents: dict[str, ModelDocument] = field(default_factory=dict)
+    entries: dict[tuple[Ref, Principal], Rights] = field(default_factory=dict)
+    members: dict[int, set[int]] = field(default_factory=dict)
+
+    def principals(self, user: int) -> set[Principal]:
+        """Everyone, the user, and the groups the user is a member of."""
+        groups = {Principal("group", g) for g, users in self.members.items() if user in users}
+        return {EVERYONE, Principal("user", user), *groups}
+
+    def reaching(self, ref: Ref) -> list[tuple[Principal, Rights]]:
+        """The entries that hold on ``ref``: its own, and those it inherits."""
+        own = [(who, rights) for (on, who), rights in self.entries.items() if on == ref]
+        if ref.kind == "root":
+            return own
+        if ref.kind == "document":  # a document always inherits from its folder
+            return own + self.reaching(self._folder_ref(self.documents[ref.name].folder))
+        folder = self.folders[ref.name]
+        return own + (self.reaching(self._folder_ref(folder.parent)) if folder.inherits else [])
+
+    def rights(self, user: int, ref: Ref) -> Rights:
+        """What ``user`` holds on ``ref``: what reaches it for their principals, or all as owner."""
+        if ref.kind != "root" and self.owner(ref) == user:
+            return ALL_RIGHTS
+        principals = self.principals(user)
+        held = Rights(0)
+        for who, rights in self.reaching(ref):
+            if who in principals:
+                held |= rights
+        return held
+
+    def may_view(self, user: int, ref: Ref) -> bool:
+        """Whether ``user`` may view ``ref``."""
+        return Rights.VIEW in self.rights(user, ref)
+
+    def owner(self, ref: Ref) -> int | None:
+        """The owner of a folder or a document."""
+        objects = self.folders if ref.kind == "folder" else self.documents
+        return objects[ref.name].owner
+
+    def below(self, name: str) -> set[str]:
+        """The folder ``name`` and every folder under it."""
+        return {name} | {other for other in self.folders if self._under(other, name)}
+
+    def visible_documents(self, user: int) -> list[uuid.UUID]:
+        """The ids of the documents ``user`` may view, in the order of a search (by title)."""
+        visible = [d for n, d in self.documents.items() if self.may_view(user, document(n))]
+        return [d.id for d in sorted(visible, key=lambda d: (d.title.lower(), d.id))]
+
+    def visible_children(self, user: int, parent: str | None) -> list[uuid.UUID]:
+        """The ids of the folders directly under ``parent`` that ``user`` may view, by name."""
+        children = [
+            f
+            for n, f in self.folders.items()
+            if f.parent == parent and self.may_view(user, folder(n))
+        ]
+        return [f.id for f in sorted(children, key=lambda f: (f.name.lower(), f.id))]
+
+    def forget(self, ref: Ref) -> None:
+        """Drop the entries on ``ref`` (its object is gone)."""
+        for key in [key for key in self.entries if key[0] == ref]:
+            del self.entries[key]
+
+    def _under(self, name: str, ancestor: str) -> bool:
+        parent = self.folders[name].parent
+        while parent is not None:
+            if parent == ancestor:
+                return True
+            parent = self.folders[parent].parent
+        return False
+
+    @staticmethod
+    def _folder_ref(name: str | None) -> Ref:
+        return ROOT if name is None else folder(name)
+
+
+def folder(name: str) -> Ref:
+    """The reference to folder ``name``."""
+    return Ref("folder", name)
+
+
+def document(name: str) -> Ref:
+    """The reference to document ``name``."""
+    return Ref("document", name)
+
+
+# --- the module's tenant -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The module's tenant, the application's engine on it, and its users."""
+
+    tenant: str
+    app: Engine
+    users: tuple[uuid.UUID, ...]
+
+
+@pytest.fixture(scope="module")
+def stage(engine: Engine) -> Iterator[Stage]:
+    """One tenant for every run of the module (emptied at the start of each run)."""
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    with engine.begin() as conn:
+        users = tuple(
+            create_user(conn, email=f"user{i}-{uuid.uuid4().hex}@example.org", display_name=f"u{i}")
+            for i in range(USERS)
+        )
+    app = application_engine(engine, [slug], pooled=True)
+    yield Stage(slug, app, users)
+    app.dispose()
+    provisioning.drop_tenant(engine, slug)
+
+
+def empty(conn: Connection) -> None:
+    """Delete the world (documents, then folders leaves first, entries, groups) as a system
+    principal; the database drops the scopes of the objects with them."""
+    conn.execute(sa.delete(t.documents))
+    parents = sa.select(t.folders.c.parent_id).where(t.folders.c.parent_id.is_not(None))
+    while conn.execute(sa.delete(t.folders).where(t.folders.c.id.not_in(parents))).rowcount:
+        pass
+    conn.execute(sa.delete(t.access_entries))
+    conn.execute(sa.delete(t.access_groups))
+    left = set(conn.execute(sa.select(t.access_scopes.c.id)).scalars())
+    assert left == {uuid.UUID(t.NIL_ID)}, "the scopes of deleted objects were left behind"
+
+
+# --- the state machine ---------------------------------------------------------------------
+
+users = st.integers(0, USERS - 1)
+groups = st.integers(0, GROUPS - 1)
+owners = st.none() | users
+principals = st.one_of(
+    st.just(EVERYONE),
+    users.map(lambda slot: Principal("user", slot)),
+    groups.map(lambda slot: Principal("group", slot)),
+)
+rights = st.sets(st.sampled_from(list(Rights)), min_size=1).map(
+    lambda chosen: check_rights(list(right.name or "" for right in chosen))
+)
+
+
+class AccessMachine(RuleBasedStateMachine):
+    """Changes a world through the unit of work; after each, compares every user's reads with
+    the model."""
+
+    folders = Bundle("folders")
+    documents = Bundle("documents")
+
+    def __init__(self, stage: Stage) -> None:
+        super().__init__()
+        self.stage = stage
+        self.model = Model()
+        self.group_ids: dict[int, uuid.UUID] = {}
+        self.made = 0  # documents made in this run
+        with self._system() as uow:
+            empty(uow.connection)
+            for slot in range(GROUPS):
+                self.group_ids[slot] = uow.access.add_group(f"group {slot}").id
+                self.model.members[slot] = set()
+            uow.commit()
+
+    # The world grows.
+
+    @precondition(lambda self: len(self.model.folders) < MAX_FOLDERS)
+    @rule(target=folders, parent=st.none() | folders, inherits=st.booleans(), owner=owners)
+    def add_folder(self, parent: Ref | None, inherits: bool, owner: int | None) -> Ref:
+        name = f"f{len(self.model.folders)}"  # folders are never deleted
+        with self._system() as uow:
+            row = FolderFactory(
+                conn=uow.connection,
+                name=name,
+                parent_id=self._place(parent),
+                inherits=inherits,
+                owner_id=self._user(owner),
+                created_by=self.stage.users[0],
+            )
+            uow.commit()
+        parent_name = None if parent is None else parent.name
+        self.model.folders[name] = ModelFolder(row["id"], name, parent_name, inherits, owner)
+        return folder(name)
+
+    @precondition(lambda self: len(self.model.documents) < MAX_DOCUMENTS)
+    @rule(
+        target=documents,
+        into=st.none() | folders,
+        owner=owners,
+        revisions=st.integers(0, 2),
+    )
+    def add_document(self, into: Ref | None, owner: int | None, revisions: int) -> Ref:
+        name = f"d{self.made}"  # not len(documents): the name of a purged one is taken
+        self.made += 1
+        with self._system() as uow:
+            row = DocumentFactory(
+                conn=uow.connection,
+                title=f"document-{name}",
+                folder_id=self._place(into),
+                owner_id=self._user(owner),
+                created_by=self.stage.users[0],
+            )
+            for _ in range(revisions):
+                RevisionFactory(
+                    conn=uow.connection, document_id=row["id"], uploaded_by=self.stage.users[0]
+                )
+            uow.commit()
+        folder_name = None if into is None else into.name
+        self.model.documents[name] = ModelDocument(
+            row["id"], row["title"], folder_name, owner, revisions
+        )
+        return document(name)
+
+    # The world changes.
+
+    @rule(moved=folders, parent=st.none() | folders)
+    def move_folder(self, moved: Ref, parent: Ref | None) -> None:
+        cycle = parent is not None and parent.name in self.model.below(moved.name)
+        with self._system() as uow:
+            if cycle:
+                with pytest.raises(InvariantViolation):
+                    uow.folders.move(self._id(moved), parent_id=self._place(parent))
+                return
+            uow.folders.move(self._id(moved), parent_id=self._place(parent))
+            uow.commit()
+        self.model.folders[moved.name].parent = None if parent is None else parent.name
+
+    @rule(moved=documents, into=st.none() | folders)
+    def move_document(self, moved: Ref, into: Ref | None) -> None:
+        with self._system() as uow:
+            version = uow.documents.get(self._id(moved)).version
+            uow.documents.move(self._id(moved), folder_id=self._place(into), version=version)
+            uow.commit()
+        self.model.documents[moved.name].folder = None if into is None else into.name
+
+    @rule(switched=folders, inherits=st.booleans())
+    def set_inherits(self, switched: Ref, inherits: bool) -> None:
+        with self._system() as uow:
+            uow.access.set_inherits(self._id(switched), inherits)
+            uow.commit()
+        self.model.folders[switched.name].inherits = inherits
+
+    @rule(on=st.just(ROOT) | folders | documents, who=principals, granted=st.none() | rights)
+    def set_entry(self, on: Ref, who: Principal, granted: Rights | None) -> None:
+        """Grant ``granted`` (replacing what was granted), or revoke for ``None``."""
+        where = {**self._object(on), **self._principal(who)}
+        with self._system() as uow:
+            if granted is None:
+                had = uow.access.revoke(**where)
+                assert had == ((on, who) in self.model.entries)
+            else:
+                assert uow.access.grant(granted, **where).rights == granted
+            uow.commit()
+        if granted is None:
+            self.model.entries.pop((on, who), None)
+        else:
+            self.model.entries[on, who] = granted
+
+    @rule(group=groups, user=users, member=st.booleans())
+    def set_member(self, group: int, user: int, member: bool) -> None:
+        with self._system() as uow:
+            if member:
+                uow.access.add_member(self.group_ids[group], self.stage.users[user])
+            else:
+                was = uow.access.remove_member(self.group_ids[group], self.stage.users[user])
+                assert was == (user in self.model.members[group])
+            uow.commit()
+        (self.model.members[group].add if member else self.model.members[group].discard)(user)
+
+    @rule(group=groups)
+    def replace_group(self, group: int) -> None:
+        with self._system() as uow:
+            uow.access.remove_group(self.group_ids[group])
+            self.group_ids[group] = uow.access.add_group(f"group {group}").id
+            uow.commit()
+        self.model.members[group] = set()
+        for key in [key for key in self.model.entries if key[1] == Principal("group", group)]:
+            del self.model.entries[key]
+
+    @rule(given=folders | documents, owner=owners)
+    def set_owner(self, given: Ref, owner: int | None) -> None:
+        with self._system() as uow:
+            uow.access.set_owner(self._user(owner), **self._object(given))
+            uow.commit()
+        objects = self.model.folders if given.kind == "folder" else self.model.documents
+        objects[given.name].owner = owner
+
+    @rule(purged=consumes(documents))
+    def purge_document(self, purged: Ref) -> None:
+        with self._system() as uow:
+            uow.documents.purge(self._id(purged))
+            uow.commit()
+        del self.model.documents[purged.name]
+        self.model.forget(purged)
+
+    # One write, as one user: allowed with edit, refused if the user may only view, not found
+    # if the user may not view. Never committed.
+
+    @rule(renamed=folders | documents, user=users)
+    def try_rename(self, renamed: Ref, user: int) -> None:
+        expected = self.model.rights(user, renamed)
+        with self._system() as uow:
+            version = (
+                uow.documents.get(self._id(renamed)).version if renamed.kind == "document" else 0
+            )
+        with self._acting(user) as uow:
+            rename = self._renaming(uow, renamed, version)
+            if Rights.EDIT in expected:
+                rename()
+            elif Rights.VIEW in expected:
+                with pytest.raises(PermissionDenied, match="edit"):
+                    rename()
+            else:
+                with pytest.raises(NotFound):
+                    rename()
+
+    def _renaming(self, uow: UnitOfWork, renamed: Ref, version: int) -> Callable[[], object]:
+        object_id = self._id(renamed)
+        if renamed.kind == "folder":
+            return lambda: uow.folders.rename(object_id, name=f"{renamed.name} renamed")
+        return lambda: uow.documents.rename(object_id, title="renamed", version=version)
+
+    # What the users read. After every step, what each user sees: a search, the children of
+    # every folder that has some, the rights at the root. In a step of its own (opening a unit
+    # of work per user and step, it would take minutes), every read path of one user, object
+    # by object.
+
+    @invariant()
+    def every_user_sees_what_the_model_says(self) -> None:
+        for user in range(USERS):
+            with self._acting(user) as uow:
+                found = uow.documents.search(DocumentQuery(), limit=MAX_DOCUMENTS + 1)
+                expected = self.model.visible_documents(user)
+                assert [d.id for d in found.items] == expected, f"user {user}, search"
+                self._check_children(uow, user)
+                assert uow.access.rights() == self.model.rights(user, ROOT), f"user {user}, root"
+
+    @rule(user=users)
+    def check_every_read_path(self, user: int) -> None:
+        with self._acting(user) as uow:
+            expected = self.model.visible_documents(user)
+            assert _paged(uow) == expected, f"user {user}, search page by page"
+            for name in self.model.documents:
+                self._check_document(uow, user, name)
+            for name in self.model.folders:
+                self._check_folder(uow, user, name)
+
+    def _check_children(self, uow: UnitOfWork, user: int) -> None:
+        parents = {None} | {each.parent for each in self.model.folders.values()}
+        for parent in parents:
+            parent_id = None if parent is None else self.model.folders[parent].id
+            children = [f.id for f in uow.folders.children(parent_id)]
+            assert children == self.model.visible_children(user, parent), (
+                f"user {user}, children of {parent or 'the top level'}"
+            )
+
+    def _check_document(self, uow: UnitOfWork, user: int, name: str) -> None:
+        each, ref, what = self.model.documents[name], document(name), f"user {user}, {name}"
+        if not self.model.may_view(user, ref):
+            with pytest.raises(NotFound):
+                uow.documents.get(each.id)
+            with pytest.raises(NotFound):
+                uow.access.rights(document_id=each.id)
+            assert uow.revisions.history(each.id) == [], what
+            return
+        assert uow.documents.get(each.id).title == each.title, what
+        assert uow.access.rights(document_id=each.id) == self.model.rights(user, ref), what
+        assert len(uow.revisions.history(each.id)) == each.revisions, what
+
+    def _check_folder(self, uow: UnitOfWork, user: int, name: str) -> None:
+        each, ref, what = self.model.folders[name], folder(name), f"user {user}, {name}"
+        if not self.model.may_view(user, ref):
+            with pytest.raises(NotFound):
+                uow.folders.get(each.id)
+            with pytest.raises(NotFound):
+                uow.access.rights(folder_id=each.id)
+            return
+        assert uow.folders.get(each.id).name == name, what
+        assert uow.access.rights(folder_id=each.id) == self.model.rights(user, ref), what
+
+    def _acting(self, user: int) -> UnitOfWork:
+        return UnitOfWork(self.stage.app, tenant=self.stage.tenant, user_id=self.stage.users[user])
+
+    # Ids.
+
+    def _system(self) -> UnitOfWork:
+        return UnitOfWork(self.stage.app, tenant=self.stage.tenant, system=SYSTEM)
+
+    def _id(self, ref: Ref) -> uuid.UUID:
+        objects = self.model.folders if ref.kind == "folder" else self.model.documents
+        return objects[ref.name].id
+
+    def _place(self, ref: Ref | None) -> uuid.UUID | None:
+        """The id of a folder to put something in, ``None`` for the top level."""
+        return None if ref is None else self._id(ref)
+
+    def _object(self, ref: Ref) -> dict[str, uuid.UUID]:
+        return {} if ref.kind == "root" else {f"{ref.kind}_id": self._id(ref)}
+
+    def _principal(self, who: Principal) -> dict[str, uuid.UUID]:
+        if who.kind == "user":
+            return {"user_id": self.stage.users[who.slot]}
+        return {"group_id": self.group_ids[who.slot]} if who.kind == "group" else {}
+
+    def _user(self, slot: int | None) -> uuid.UUID | None:
+        return None if slot is None else self.stage.users[slot]
+
+
+def _paged(uow: UnitOfWork) -> list[uuid.UUID]:
+    """The ids of every document a search finds, read :data:`PAGE_SIZE` at a time."""
+    found: list[uuid.UUID] = []
+    page = uow.documents.search(DocumentQuery(), limit=PAGE_SIZE)
+    found += [d.id for d in page.items]
+    while page.next_cursor is not None:
+        page = uow.documents.search(DocumentQuery(), limit=PAGE_SIZE, after=page.next_cursor)
+        found += [d.id for d in page.items]
+    return found
+
+
+def test_every_read_path_agrees_with_a_model_of_the_access_rules(stage: Stage) -> None:
+    run_state_machine_as_test(
+        # A factory, as hypothesis documents, though its annotation asks for a class.
+        lambda: AccessMachine(stage),  # type: ignore[arg-type]
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
