@@ -270,9 +270,8 @@ principals = st.one_of(
     users.map(lambda slot: Principal("user", slot)),
     groups.map(lambda slot: Principal("group", slot)),
 )
-rights = st.sets(st.sampled_from(list(Rights)), min_size=1).map(
-    lambda chosen: check_rights([right.name or "" for right in chosen])
-)
+#: Every set of rights an entry can hold, completed (view with each right, all with manage).
+rights = st.sampled_from(sorted({check_rights(mask) for mask in range(1, int(ALL_RIGHTS) + 1)}))
 #: Most folders inherit, so that entries reach down a few levels.
 inheriting = st.sampled_from([True, True, False])
 
@@ -556,9 +555,9 @@ class AccessMachine(RuleBasedStateMachine):
         with self._acting(user) as uow:
             assert _paged(uow) == self.model.visible_documents(user), f"user {user}, pages"
             for name in self.model.documents:
-                self._check_document(uow, user, name)
+                self._check_object(uow, user, document(name))
             for name in self.model.folders:
-                self._check_folder(uow, user, name)
+                self._check_object(uow, user, folder(name))
 
     def _check_search(self, uow: UnitOfWork, user: int) -> None:
         expected = self.model.visible_documents(user)
@@ -574,29 +573,23 @@ class AccessMachine(RuleBasedStateMachine):
                 f"user {user}, children of {parent or 'the top level'}"
             )
 
-    def _check_document(self, uow: UnitOfWork, user: int, name: str) -> None:
-        each, ref, what = self.model.documents[name], document(name), f"user {user}, {name}"
+    def _check_object(self, uow: UnitOfWork, user: int, ref: Ref) -> None:
+        """``get``, ``access.rights`` and (of a document) ``revisions.history`` of one object."""
+        object_id, what = self._id(ref), f"user {user}, {ref}"
+        read = uow.folders.get if ref.kind == "folder" else uow.documents.get
+        history = uow.revisions.history if ref.kind == "document" else None
         if not self.model.may_view(user, ref):
             with pytest.raises(NotFound):
-                uow.documents.get(each.id)
+                read(object_id)
             with pytest.raises(NotFound):
-                uow.access.rights(document_id=each.id)
-            assert uow.revisions.history(each.id) == [], what
+                uow.access.rights(**self._object(ref))
+            assert history is None or history(object_id) == [], what
             return
-        assert uow.documents.get(each.id).title == each.title, what
-        assert uow.access.rights(document_id=each.id) == self.model.rights(user, ref), what
-        assert len(uow.revisions.history(each.id)) == each.revisions, what
-
-    def _check_folder(self, uow: UnitOfWork, user: int, name: str) -> None:
-        each, ref, what = self.model.folders[name], folder(name), f"user {user}, {name}"
-        if not self.model.may_view(user, ref):
-            with pytest.raises(NotFound):
-                uow.folders.get(each.id)
-            with pytest.raises(NotFound):
-                uow.access.rights(folder_id=each.id)
-            return
-        assert uow.folders.get(each.id).name == name, what
-        assert uow.access.rights(folder_id=each.id) == self.model.rights(user, ref), what
+        assert read(object_id).id == object_id, what
+        assert uow.access.rights(**self._object(ref)) == self.model.rights(user, ref), what
+        if history is not None:
+            revisions = self.model.documents[ref.name].revisions
+            assert len(history(object_id)) == revisions, what
 
     def _acting(self, user: int) -> UnitOfWork:
         return UnitOfWork(self.stage.app, tenant=self.stage.tenant, user_id=self.stage.users[user])
