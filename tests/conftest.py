@@ -28,6 +28,10 @@ from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
 from tests.s3server import running_s3_server
 
+#: The timeout of the tests whose own bounded waits may add up to more than the suite's default
+#: (pyproject.toml): ``@pytest.mark.timeout(LONG_TEST_SECONDS)``.
+LONG_TEST_SECONDS = 600
+
 
 @pytest.fixture(scope="session")
 def server_url() -> URL:
