@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -13,18 +15,39 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import tenancy
+from dms import provisioning, tenancy
 from dms.domain import DocumentQuery, FieldType
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.services import clear_value, create_document, define_field, set_value, set_values
 from dms.testing.blocking import is_blocked_by
 from dms.uow import UnitOfWork
+from tests.conftest import new_slug
 
 
 @pytest.fixture
 def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
     return UnitOfWork(engine, tenant=tenant, user_id=user_id)
+
+
+@pytest.fixture(scope="module")
+def values_tenant(engine: Engine) -> Iterator[str]:
+    """One tenant for the value tests of this module, which leave it without a value.
+
+    :func:`test_set_and_read_values` commits nothing (its unit of work rolls back), and every
+    value of :func:`test_invalid_values_are_refused_and_nothing_written` is refused (the test
+    commits a field and a document of its own name, never a value). A tenant costs each test a
+    fifth of a second to create here, seconds on Citus.
+    """
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
+@pytest.fixture
+def values_uow(engine: Engine, values_tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    return UnitOfWork(engine, tenant=values_tenant, user_id=user_id)
 
 
 def rows(engine: Engine, tenant: str, table: sa.Table) -> int:
@@ -48,8 +71,9 @@ GOOD_VALUES: list[tuple[str, object, object]] = [
 
 @pytest.mark.parametrize(("field_type", "value", "stored"), GOOD_VALUES)
 def test_set_and_read_values(
-    uow: UnitOfWork, field_type: str, value: object, stored: object
+    values_uow: UnitOfWork, field_type: str, value: object, stored: object
 ) -> None:
+    uow = values_uow
     with uow:
         field = define_field(uow, name="F", field_type=field_type)
         doc = uow.documents.add(title="A.pdf")
@@ -86,13 +110,15 @@ BAD_VALUES: list[tuple[str, object]] = [
 
 @pytest.mark.parametrize(("field_type", "value"), BAD_VALUES)
 def test_invalid_values_are_refused_and_nothing_written(
-    engine: Engine, tenant: str, uow: UnitOfWork, field_type: str, value: object
+    engine: Engine, values_tenant: str, values_uow: UnitOfWork, field_type: str, value: object
 ) -> None:
+    uow, tenant = values_uow, values_tenant
     options = ["red", "green"] if FieldType(field_type).has_options else []
+    name = f"Colour {uuid.uuid4().hex[:8]}"  # the tenant is shared: names of its own
     with uow:
-        field = define_field(uow, name="Colour", field_type=field_type, options=options)
-        doc = uow.documents.add(title="A.pdf")
-        with pytest.raises(ValidationError, match="'Colour'") as error:
+        field = define_field(uow, name=name, field_type=field_type, options=options)
+        doc = uow.documents.add(title=f"{name}.pdf")
+        with pytest.raises(ValidationError, match=re.escape(f"'{name}'")) as error:
             set_value(uow, doc.id, field.id, value)
         shown = "'purple'" if value == ["red", "purple"] else repr(value)[:20]
         assert shown in str(error.value)
