@@ -25,6 +25,12 @@ from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_jobs, frontend_messages
 
 
+@pytest.fixture
+def tenant(queue_tenant: str) -> str:
+    """Every test here puts only jobs of its own kind in its tenant: they share the module's."""
+    return queue_tenant
+
+
 def test_enqueue_returns_a_queued_job(engine: Engine, tenant: str, kind: str) -> None:
     with engine.begin() as conn:
         job_id, created = jobs.enqueue(conn, kind, {"n": 1}, tenant=tenant, priority=-3)

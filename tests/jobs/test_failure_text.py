@@ -13,6 +13,12 @@ from dms.jobs._failures import MAX_ERROR_CHARS, MAX_SUMMARY_CHARS
 SURROGATE_NAME = b"scan-\xff.pdf".decode("utf-8", "surrogateescape")
 
 
+@pytest.fixture
+def tenant(queue_tenant: str) -> str:
+    """Every test here puts only jobs of its own kind in its tenant: they share the module's."""
+    return queue_tenant
+
+
 def _open_scan() -> None:
     raise FileNotFoundError(f"{SURROGATE_NAME}\x00")
 

@@ -19,6 +19,12 @@ from tests.jobs.conftest import wait_for
 LONG_LEASE = timedelta(minutes=5)
 
 
+@pytest.fixture
+def tenant(queue_tenant: str) -> str:
+    """Every test here puts only jobs of its own kind in its tenant: they share the module's."""
+    return queue_tenant
+
+
 def _claimed(engine: Engine, kind: str, tenant: str, worker: str, **options: object) -> jobs.Job:
     with engine.begin() as conn:
         jobs.enqueue(conn, kind, {}, tenant=tenant, **options)  # type: ignore[arg-type]
