@@ -2,7 +2,8 @@
 
 The server is the one named by ``DMS_TEST_DATABASE_URL``, or the embedded server otherwise;
 a test never skips for lack of one. Each pytest-xdist worker gets its own database, migrated
-to head with the users stand-in; each test that writes gets its own tenant. Tests that need an
+to head with the users stand-in; each test that commits gets its own tenant (the others share
+one: :func:`rolled_back_tenant`, :func:`tenant_unless_named`). Tests that need an
 empty database (migrations) get their own with :func:`empty_database_url`.
 """
 
