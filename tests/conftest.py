@@ -133,8 +133,8 @@ def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="module")
 def module_tenant(engine: Engine) -> Iterator[str]:
-    """One tenant for the tests of a module that leave it as they found it (see
-    :func:`tenant_unless_named`)."""
+    """One tenant for the tests of a module that need none of their own: each module that takes
+    it says why its tests can share it (and :func:`tenant_unless_named` checks it)."""
     slug = new_slug()
     provisioning.create_tenant(engine, slug)
     yield slug

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL
 from sqlalchemy.pool import QueuePool
 
 from dms import jobs, migrations, provisioning, tenancy
@@ -25,7 +25,6 @@ from dms.config import Settings
 from dms.jobs import JobState
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
-from tests.conftest import new_slug
 
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
 
@@ -543,16 +542,6 @@ def _keys(value: object) -> set[str]:
     return set()
 
 
-@pytest.fixture(scope="module")
-def json_tenant(engine: Engine) -> Iterator[str]:
-    """One tenant for the JSON outputs' test: each command reads it, or seals and verifies its
-    audit trail, and the test checks the shape of what it prints, not what the tenant holds."""
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -576,9 +565,11 @@ def json_tenant(engine: Engine) -> Iterator[str]:
     ids=" ".join,
 )
 def test_every_json_output_is_one_object_that_says_tenant(
-    database_url: URL, json_tenant: str, command: list[str], capsys: pytest.CaptureFixture[str]
+    database_url: URL, module_tenant: str, command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tenant = json_tenant
+    # Each command reads the tenant, or seals and verifies its audit trail, and the test checks
+    # the shape of what it prints, not what the tenant holds: the module's tenant will do.
+    tenant = module_tenant
     _enqueued(database_url, tenant, f"test.cli.{uuid.uuid4().hex[:8]}")
     arguments = [word.replace("{tenant}", tenant) for word in command]
     capsys.readouterr()

@@ -6,7 +6,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -15,14 +14,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dms import provisioning, tenancy
+from dms import tenancy
 from dms.domain import DocumentQuery, FieldType
 from dms.errors import AlreadyExists, ConcurrentUpdate, NotFound, ValidationError
 from dms.schema import tenant as t
 from dms.services import clear_value, create_document, define_field, set_value, set_values
 from dms.testing.blocking import is_blocked_by
 from dms.uow import UnitOfWork
-from tests.conftest import new_slug
 
 
 @pytest.fixture
@@ -30,24 +28,16 @@ def uow(engine: Engine, tenant: str, user_id: uuid.UUID) -> UnitOfWork:
     return UnitOfWork(engine, tenant=tenant, user_id=user_id)
 
 
-@pytest.fixture(scope="module")
-def values_tenant(engine: Engine) -> Iterator[str]:
-    """One tenant for the value tests of this module, which leave it without a value.
+@pytest.fixture
+def values_uow(engine: Engine, module_tenant: str, user_id: uuid.UUID) -> UnitOfWork:
+    """A unit of work in the module's tenant, which the value tests leave without a value.
 
     :func:`test_set_and_read_values` commits nothing (its unit of work rolls back), and every
     value of :func:`test_invalid_values_are_refused_and_nothing_written` is refused (the test
     commits a field and a document of its own name, never a value). A tenant costs each test a
     fifth of a second to create here, seconds on Citus.
     """
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
-
-
-@pytest.fixture
-def values_uow(engine: Engine, values_tenant: str, user_id: uuid.UUID) -> UnitOfWork:
-    return UnitOfWork(engine, tenant=values_tenant, user_id=user_id)
+    return UnitOfWork(engine, tenant=module_tenant, user_id=user_id)
 
 
 def rows(engine: Engine, tenant: str, table: sa.Table) -> int:
@@ -110,9 +100,9 @@ BAD_VALUES: list[tuple[str, object]] = [
 
 @pytest.mark.parametrize(("field_type", "value"), BAD_VALUES)
 def test_invalid_values_are_refused_and_nothing_written(
-    engine: Engine, values_tenant: str, values_uow: UnitOfWork, field_type: str, value: object
+    engine: Engine, module_tenant: str, values_uow: UnitOfWork, field_type: str, value: object
 ) -> None:
-    uow, tenant = values_uow, values_tenant
+    uow, tenant = values_uow, module_tenant
     options = ["red", "green"] if FieldType(field_type).has_options else []
     name = f"Colour {uuid.uuid4().hex[:8]}"  # the tenant is shared: names of its own
     with uow:

@@ -15,9 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms import provisioning, tenancy
+from dms import tenancy
 from dms.jobs.tables import processing_jobs
-from tests.conftest import new_slug
 
 #: What handlers of the tests write, one row per run that committed; in the tenant's schema.
 effects_metadata = sa.MetaData()
@@ -34,22 +33,6 @@ job_effects = sa.Table(
 def kind() -> str:
     """A job kind that no other test uses."""
     return f"test.{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture(scope="module")
-def queue_tenant(engine: Engine) -> Iterator[str]:
-    """One tenant for the tests of a module that put nothing in their tenant but jobs of their own
-    :func:`kind`, and filter every assertion by it: they need no tenant each (one costs a fifth of
-    a second to create here, seconds on Citus). Such a module says so by overriding ``tenant``::
-
-        @pytest.fixture
-        def tenant(queue_tenant: str) -> str:
-            return queue_tenant
-    """
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
 
 
 @pytest.fixture
