@@ -2,7 +2,8 @@
 
 The server is the one named by ``DMS_TEST_DATABASE_URL``, or the embedded server otherwise;
 a test never skips for lack of one. Each pytest-xdist worker gets its own database, migrated
-to head with the users stand-in; each test that writes gets its own tenant. Tests that need an
+to head with the users stand-in; each test that commits gets its own tenant (the others share
+one: :func:`rolled_back_tenant`, :func:`tenant_unless_named`). Tests that need an
 empty database (migrations) get their own with :func:`empty_database_url`.
 """
 
@@ -23,10 +24,16 @@ from sqlalchemy.engine import URL, Connection, Engine
 from dms import citus, embedded, migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.db import normalize_url
+from dms.schema import tenant as tenant_schema
 from dms.storage import S3BlobStore
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
+from tests.hostile import checksums
 from tests.s3server import running_s3_server
+
+#: The timeout of the tests whose own bounded waits may add up to more than the suite's default
+#: (pyproject.toml): ``@pytest.mark.timeout(LONG_TEST_SECONDS)``.
+LONG_TEST_SECONDS = 600
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +129,53 @@ def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
 def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
     named = inspect.signature(request.function).parameters
     return "tenant_conn" in request.fixturenames and "tenant" not in named
+
+
+@pytest.fixture(scope="module")
+def module_tenant(engine: Engine) -> Iterator[str]:
+    """One tenant for the tests of a module that need none of their own: each module that takes
+    it says why its tests can share it (and :func:`tenant_unless_named` checks it)."""
+    slug = new_slug()
+    provisioning.create_tenant(engine, slug)
+    yield slug
+    provisioning.drop_tenant(engine, slug)
+
+
+def tenant_unless_named(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """The ``tenant`` of a module whose tests commit nothing unless they name ``tenant``.
+
+    A module says so by overriding ``tenant`` with this::
+
+        @pytest.fixture
+        def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+            yield from tenant_unless_named(request, engine)
+
+    A test that names ``tenant`` (it commits, or reads the tenant on connections of its own)
+    gets a new one, as everywhere. The others (they reach the tenant through a unit of work
+    they never commit, which rolls back) share the module's, and must leave every table of it
+    as they found it: checked after each by row counts and checksums, so that a test that
+    committed fails instead of leaving rows to the next. A tenant costs a fifth of a second to
+    create and drop here, seconds on Citus.
+    """
+    if "tenant" in inspect.signature(request.function).parameters:
+        slug = new_slug()
+        provisioning.create_tenant(engine, slug)
+        yield slug
+        provisioning.drop_tenant(engine, slug)
+        return
+    slug = request.getfixturevalue("module_tenant")
+    before = _tenant_snapshot(engine, slug)
+    yield slug
+    assert _tenant_snapshot(engine, slug) == before, (
+        f"{request.node.nodeid} committed in its module's shared tenant: it must name `tenant` "
+        "to get one of its own"
+    )
+
+
+def _tenant_snapshot(engine: Engine, slug: str) -> tuple[tuple[object, ...], ...]:
+    tables = [table for table in tenant_schema.metadata.sorted_tables if table.schema is None]
+    with engine.connect() as conn:
+        return checksums(tenancy.route(conn, slug), tables)
 
 
 @pytest.fixture

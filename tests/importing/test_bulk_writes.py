@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -12,6 +13,13 @@ from dms.domain import NewDocument, NewFolder, NewRevision
 from dms.errors import NotFound, ValidationError
 from dms.repositories.imports import ImportRepository, NewImportedDocument
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

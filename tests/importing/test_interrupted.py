@@ -22,6 +22,7 @@ from dms.jobs.tables import processing_jobs
 from dms.processing import VERIFY_REVISION
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
+from tests.conftest import LONG_TEST_SECONDS
 from tests.importing.conftest import digest, imported_files, run_verifications, source_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,6 +109,7 @@ def test_import_killed_mid_batch_resumes_and_imports_nothing_twice(
 
 
 @pytest.mark.faults
+@pytest.mark.timeout(LONG_TEST_SECONDS)  # two waits of 60 s, then the whole import resumed
 @pytest.mark.usefixtures("ctrl_c_as_in_a_terminal")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_import_stopped_by_a_signal_says_how_far_it_got_in_one_line(

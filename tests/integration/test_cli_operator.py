@@ -10,6 +10,7 @@ import pty
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from dms.cli.context import Context
 from dms.cli.jobs import WORKER_EXTRA_CONNECTIONS, worker_engine
 from dms.config import Settings
 from dms.jobs import JobState
+from dms.testing import temporary_database
 from dms.users import create_users_stand_in
 
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
@@ -31,13 +33,45 @@ def _url(url: URL) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def _schemas(url: URL) -> list[str]:
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    names = sa.inspect(engine).get_schema_names()
+    engine.dispose()
+    return names
+
+
 @pytest.fixture
-def unmigrated_url(empty_database_url: URL) -> str:
-    """A database with the users stand-in and nothing of dms."""
+def new_unmigrated_url(empty_database_url: URL) -> str:
+    """A database of this test's own with the users stand-in and nothing of dms."""
     engine = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
     create_users_stand_in(engine)
     engine.dispose()
     return _url(empty_database_url)
+
+
+@pytest.fixture(scope="module")
+def unmigrated_database(server_url: URL) -> Iterator[tuple[URL, list[str]]]:
+    """A database with the users stand-in and nothing of dms, and its schemas."""
+    with temporary_database(server_url, prefix="dms_empty") as url:
+        engine = sa.create_engine(url, poolclass=sa.NullPool)
+        create_users_stand_in(engine)
+        engine.dispose()
+        yield url, _schemas(url)
+
+
+@pytest.fixture
+def unmigrated_url(unmigrated_database: tuple[URL, list[str]]) -> str:
+    """The module's unmigrated database, still without a schema of dms.
+
+    Shared by the tests of the module that are refused on it (15 of them: a new database each
+    cost a second with its drop, more on Citus); the schemas are checked before each, so that a
+    command that wrote to it fails the next test instead of passing unseen. A test whose command
+    writes (``alembic current`` creates the version table's schema) takes
+    :func:`new_unmigrated_url`.
+    """
+    url, schemas = unmigrated_database
+    assert _schemas(url) == schemas
+    return _url(url)
 
 
 @pytest.mark.parametrize(
@@ -149,7 +183,7 @@ def test_log_level_from_flags(
     capsys.readouterr()
 
 
-def test_json_log_lines(unmigrated_url: str) -> None:
+def test_json_log_lines(new_unmigrated_url: str) -> None:
     result = subprocess.run(
         [
             sys.executable,
@@ -159,7 +193,7 @@ def test_json_log_lines(unmigrated_url: str) -> None:
             "--log-format",
             "json",
             "--database-url",
-            unmigrated_url,
+            new_unmigrated_url,
             "alembic",
             "current",
         ],
@@ -531,8 +565,11 @@ def _keys(value: object) -> set[str]:
     ids=" ".join,
 )
 def test_every_json_output_is_one_object_that_says_tenant(
-    database_url: URL, tenant: str, command: list[str], capsys: pytest.CaptureFixture[str]
+    database_url: URL, module_tenant: str, command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Each command reads the tenant, or seals and verifies its audit trail, and the test checks
+    # the shape of what it prints, not what the tenant holds: the module's tenant will do.
+    tenant = module_tenant
     _enqueued(database_url, tenant, f"test.cli.{uuid.uuid4().hex[:8]}")
     arguments = [word.replace("{tenant}", tenant) for word in command]
     capsys.readouterr()

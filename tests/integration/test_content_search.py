@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import date
 
 import pytest
@@ -33,8 +33,15 @@ from dms.services import (
     untag_documents,
 )
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
 
 Search = Callable[..., Page[Document]]
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

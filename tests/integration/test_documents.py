@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +21,7 @@ from dms.errors import (
 from dms.schema import tenant as t
 from dms.services import add_revision, create_document, define_field
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
 
 
 def rows(engine: Engine, tenant: str, table: sa.Table) -> int:
@@ -27,6 +29,12 @@ def rows(engine: Engine, tenant: str, table: sa.Table) -> int:
         return int(
             tenancy.route(conn, tenant).scalar(sa.select(sa.func.count()).select_from(table)) or 0
         )
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

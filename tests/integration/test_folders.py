@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -10,6 +11,13 @@ from sqlalchemy.engine import Engine
 from dms.errors import AlreadyExists, InvariantViolation, NotFound, ValidationError
 from dms.services import create_document, delete_folder, restore_folder
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

@@ -257,13 +257,15 @@ def _scrape(url: str) -> str:
     ],
 )
 def test_health_limits_that_are_not_durations_are_refused_by_name(
-    own_db: Engine, limits: dict[str, object]
+    engine: Engine, limits: dict[str, object]
 ) -> None:
+    # Refused before anything is read: the worker's database will do (a database of its own
+    # costs a second to create and migrate, more on Citus).
     (name,) = limits
     with pytest.raises(ValidationError, match=f"^{name} must be a timedelta"):
-        health.check(own_db, **limits)  # type: ignore[arg-type]
+        health.check(engine, **limits)  # type: ignore[arg-type]
     if name == "max_expired_lease":
-        with own_db.connect() as conn, pytest.raises(ValidationError, match=f"^{name} "):
+        with engine.connect() as conn, pytest.raises(ValidationError, match=f"^{name} "):
             health.queue_health(conn, **limits)  # type: ignore[arg-type]
 
 
@@ -279,13 +281,13 @@ def test_a_port_beyond_65535_is_a_usage_error(
 
 
 @pytest.mark.parametrize("command", [["metrics", "--port"], ["worker", "--metrics-port"]])
-def test_a_port_in_use_is_one_error_line(own_db: Engine, command: list[str]) -> None:
+def test_a_port_in_use_is_one_error_line(engine: Engine, command: list[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("0.0.0.0", 0))  # noqa: S104 -- where the exporter listens by default
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "dms", "--database-url", _url(own_db.url), *command, str(port)],
+            [sys.executable, "-m", "dms", "--database-url", _url(engine.url), *command, str(port)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -296,11 +298,11 @@ def test_a_port_in_use_is_one_error_line(own_db: Engine, command: list[str]) -> 
     assert done.stderr == f"error: cannot serve metrics on 0.0.0.0:{port}: Address already in use\n"
 
 
-def test_an_address_that_does_not_resolve_is_refused(own_db: Engine) -> None:
+def test_an_address_that_does_not_resolve_is_refused(engine: Engine) -> None:
     metrics = metrics_module()
 
     with pytest.raises(ConfigurationError, match=r"cannot serve metrics on no-such-host\.invalid:"):
-        metrics.serve(own_db, 9187, address="no-such-host.invalid")
+        metrics.serve(engine, 9187, address="no-such-host.invalid")
 
 
 def test_a_store_that_holds_none_of_the_tenants_blobs_fails_the_check(

@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL
 
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
+from tests.conftest import LONG_TEST_SECONDS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 REPO_ROOT = README.parent
@@ -174,6 +175,7 @@ def test_self_contained_sections_run_on_a_new_database(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_SECONDS)  # every command of six sections, one after another
 def test_chained_sections_run_in_order_on_one_database(
     readme_database: URL, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

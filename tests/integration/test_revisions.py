@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -13,6 +14,7 @@ from dms.domain import Revision
 from dms.errors import NotFound, ValidationError
 from dms.services import add_revision
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
 
 
 def digest(content: str) -> str:
@@ -28,6 +30,12 @@ def upload(uow: UnitOfWork, document_id: uuid.UUID, content: str) -> Revision:
         size_bytes=len(content),
         mime_type="text/plain",
     )
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

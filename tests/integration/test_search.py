@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterator
 from datetime import date
 from decimal import Decimal
 
@@ -14,6 +15,13 @@ from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, Page
 from dms.errors import NotFound, ValidationError
 from dms.services import create_document, define_field, search_documents
 from dms.uow import UnitOfWork
+from tests.conftest import tenant_unless_named
+
+
+@pytest.fixture
+def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
+    """A test that does not name ``tenant`` commits nothing: it shares the module's."""
+    yield from tenant_unless_named(request, engine)
 
 
 @pytest.fixture

@@ -38,11 +38,14 @@ from dms import jobs, migrations, provisioning, tenancy
 from dms.jobs.tables import processing_jobs
 from dms.jobs.worker import JobUnitOfWork
 from dms.users import create_users_stand_in
+from tests.conftest import LONG_TEST_SECONDS
 from tests.jobs import child_worker
 from tests.jobs.conftest import effects_metadata, job_effects, wait_for
 from tests.migrations.private_server import private_server
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow]
+#: Their bounded waits (a storm, then SETTLE_SECONDS more than once) may add up to more than the
+#: suite's default timeout before they fail with their own message.
+pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(LONG_TEST_SECONDS)]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Seconds a test waits for its jobs once the faults stop.

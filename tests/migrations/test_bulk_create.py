@@ -22,6 +22,7 @@ from dms.errors import AlreadyExists, TenantExists
 from dms.fleet import Outcome
 from dms.migrations import Scripts
 from dms.migrations.template import tenant_template
+from tests.conftest import LONG_TEST_SECONDS
 from tests.migrations.fingerprint import (
     REPO_ROOT,
     alembic_env,
@@ -306,6 +307,7 @@ def test_cli_a_line_of_a_names_file_that_is_not_utf8_fails_alone(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_SECONDS)  # its script alone may take 300 s
 def test_a_script_without_a_main_guard_creates_and_migrates_many_tenants(
     db: Engine, empty_database_url: URL, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ from dms.fleet import Outcome
 from dms.migrations import Scripts
 from dms.migrations.drift import check_drift
 from dms.users import create_users_stand_in
+from tests.conftest import LONG_TEST_SECONDS
 from tests.migrations.fingerprint import REPO_ROOT, DdlAudit, alembic_env, revisions
 
 HEAD = migrations.head_revision()
@@ -51,6 +52,7 @@ def at_head(db: Engine) -> Engine:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LONG_TEST_SECONDS)  # five commands over the whole fleet, each up to 300 s
 def test_a_fleet_of_a_hundred_and_fifty_round_trips_with_two_jobs(
     at_head: Engine, empty_database_url: URL
 ) -> None:

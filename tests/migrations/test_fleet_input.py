@@ -16,14 +16,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event as sa_event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 
 from dms import migrations, placement, provisioning, tenancy
 from dms.errors import MigrationError, MigrationFailed, ValidationError
 from dms.migrations import Scripts
+from dms.testing import temporary_database
+from dms.users import create_users_stand_in
 from tests.hostile import NOT_TEXT, texts
 
 HEAD = migrations.head_revision()
@@ -73,6 +76,22 @@ def small_fleet(db: Engine) -> Engine:
     return db
 
 
+@pytest.fixture(scope="module")
+def refusing_fleet(server_url: URL) -> Iterator[Engine]:
+    """:func:`small_fleet` made once for the tests whose every call is refused before any SQL.
+
+    Each of them checks that no statement was sent and the fleet is whole after each call, so
+    that none can pass on what another changed; a new database each cost them a second.
+    """
+    with temporary_database(server_url, prefix="dms_empty") as url:
+        engine = sa.create_engine(url)
+        create_users_stand_in(engine)
+        migrations.upgrade(engine)
+        provisioning.create_tenants(engine, FLEET, jobs=1)
+        yield engine
+        engine.dispose()
+
+
 @contextmanager
 def statements_sent(engine: Engine) -> Iterator[list[str]]:
     """Every statement sent through ``engine`` in the block."""
@@ -107,47 +126,47 @@ HYPOTHESIS = settings(
 @HYPOTHESIS
 @given(jobs=NOT_A_NUMBER_OF_PROCESSES, operation=st.sampled_from(sorted(JOBS)))
 def test_jobs_that_are_not_a_positive_int_are_refused(
-    small_fleet: Engine, jobs: Any, operation: str
+    refusing_fleet: Engine, jobs: Any, operation: str
 ) -> None:
     # None: the default (this process); "auto": as many as the fleet calls for.
     assume(jobs is not None and jobs != "auto" and not (type(jobs) is int and jobs >= 1))
-    assert_refused_before_any_sql(small_fleet, JOBS[operation], jobs)
+    assert_refused_before_any_sql(refusing_fleet, JOBS[operation], jobs)
 
 
 @HYPOTHESIS
 @given(names=NOT_A_LIST_OF_NAMES, operation=st.sampled_from(sorted(NAME_LISTS)))
 def test_names_that_are_not_an_iterable_of_names_are_refused(
-    small_fleet: Engine, names: Any, operation: str
+    refusing_fleet: Engine, names: Any, operation: str
 ) -> None:
     assume(isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"))
-    assert_refused_before_any_sql(small_fleet, NAME_LISTS[operation], names)
+    assert_refused_before_any_sql(refusing_fleet, NAME_LISTS[operation], names)
 
 
-def test_one_string_drops_no_tenant_named_by_its_letters(small_fleet: Engine) -> None:
-    assert_refused_before_any_sql(small_fleet, NAME_LISTS["drop_tenants"], "am")
+def test_one_string_drops_no_tenant_named_by_its_letters(refusing_fleet: Engine) -> None:
+    assert_refused_before_any_sql(refusing_fleet, NAME_LISTS["drop_tenants"], "am")
 
 
 @HYPOTHESIS
 @given(revision=NOT_A_REVISION, operation=st.sampled_from(sorted(REVISIONS)))
 def test_a_revision_that_is_not_text_is_refused(
-    small_fleet: Engine, revision: Any, operation: str
+    refusing_fleet: Engine, revision: Any, operation: str
 ) -> None:
-    assert_refused_before_any_sql(small_fleet, REVISIONS[operation], revision)
+    assert_refused_before_any_sql(refusing_fleet, REVISIONS[operation], revision)
 
 
 @HYPOTHESIS
 @given(flag=NOT_TEXT | TEXT, operation=st.sampled_from(sorted(FLAGS)))
 def test_a_flag_that_is_not_a_bool_is_refused(
-    small_fleet: Engine, flag: Any, operation: str
+    refusing_fleet: Engine, flag: Any, operation: str
 ) -> None:
     assume(not isinstance(flag, bool))
-    assert_refused_before_any_sql(small_fleet, FLAGS[operation], flag)
+    assert_refused_before_any_sql(refusing_fleet, FLAGS[operation], flag)
 
 
 @HYPOTHESIS
 @given(node=NOT_TEXT | TEXT.map(lambda text: text + "\x00"))
-def test_a_node_that_is_not_text_is_refused(small_fleet: Engine, node: Any) -> None:
-    assert_refused_before_any_sql(small_fleet, NODES["move_tenant"], node)
+def test_a_node_that_is_not_text_is_refused(refusing_fleet: Engine, node: Any) -> None:
+    assert_refused_before_any_sql(refusing_fleet, NODES["move_tenant"], node)
 
 
 def test_good_arguments_are_accepted(small_fleet: Engine) -> None:

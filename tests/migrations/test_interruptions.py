@@ -27,12 +27,15 @@ from dms import migrations, provisioning, tenancy
 from dms.migrations import Scripts
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
+from tests.conftest import LONG_TEST_SECONDS
 from tests.migrations.fingerprint import REPO_ROOT, Fingerprint, alembic_env, fingerprint, revisions
 from tests.migrations.private_server import private_server
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.interruption,
+    # Several waits of BOUND seconds each, and subprocesses: more than the default timeout.
+    pytest.mark.timeout(LONG_TEST_SECONDS),
     pytest.mark.usefixtures("ctrl_c_as_in_a_terminal"),
 ]
 

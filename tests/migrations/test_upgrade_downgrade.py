@@ -1,28 +1,34 @@
 """Upgrades and downgrades, step by step, restore every schema exactly and keep the data.
 
-Each test gets a new database (``empty_database_url``) with the users stand-in. "Exactly" means
-equal catalog fingerprints (:mod:`tests.migrations.fingerprint`) of the shared schema and of the
+Each test gets a new database (``empty_database_url``) with the users stand-in, but for the
+tenant steps, which move one tenant alone: they share one database of the module, and each gets
+that tenant new at head with its data (:func:`tenant_fleet`). "Exactly" means equal catalog
+fingerprints (:mod:`tests.migrations.fingerprint`) of the shared schema and of the
 tenant schemas, equal revisions, and equal rows.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 
 from dms import migrations, provisioning, tenancy
 from dms.config import SHARED_SCHEMA
+from dms.testing import temporary_database
+from dms.users import create_users_stand_in
 from tests.migrations.fingerprint import (
     TENANTS,
     DdlAudit,
     Fingerprint,
     assert_registry_matches,
     fingerprint,
+    populate_tenant,
     revisions,
     schema_exists,
     schema_rows,
@@ -102,10 +108,39 @@ def test_fleet_step_up_and_down_restores_every_schema(
     assert _contents(fleet) == before_rows
 
 
+@pytest.fixture(scope="module")
+def module_fleet(server_url: URL) -> Iterator[Engine]:
+    """The ``fleet`` fixture's database, made once for the tests of the module that use it."""
+    with temporary_database(server_url, prefix="dms_empty") as url:
+        engine = sa.create_engine(url)
+        create_users_stand_in(engine)
+        migrations.upgrade(engine)
+        for slug in TENANTS:
+            provisioning.create_tenant(engine, slug)
+            populate_tenant(engine, slug)
+        yield engine
+        engine.dispose()
+
+
+@pytest.fixture
+def tenant_fleet(module_fleet: Engine) -> Engine:
+    """The module's fleet with ``alpha`` created anew at head and filled, as in a new ``fleet``.
+
+    For tests that move ``alpha`` alone (and check that the shared schema and ``bravo`` stay at
+    head, untouched): a new ``alpha`` is all they need of a new database, which costs each test
+    seconds to create and migrate (more on Citus).
+    """
+    provisioning.drop_tenant(module_fleet, TENANTS[0])
+    provisioning.create_tenant(module_fleet, TENANTS[0])
+    populate_tenant(module_fleet, TENANTS[0])
+    return module_fleet
+
+
 @pytest.mark.parametrize("step", STEPS, ids=_step_id)
 def test_tenant_step_up_and_down_restores_the_tenant(
-    fleet: Engine, step: tuple[str | None, str]
+    tenant_fleet: Engine, step: tuple[str | None, str]
 ) -> None:
+    fleet = tenant_fleet
     previous, revision = step
     migrations.downgrade(fleet, previous or "base", tenant="alpha")
     before = _fingerprints(fleet)
@@ -130,7 +165,8 @@ def test_tenant_step_up_and_down_restores_the_tenant(
     assert _contents(fleet, SCHEMAS[2:]) == before_rows
 
 
-def test_each_step_changes_the_schema_it_migrates(fleet: Engine) -> None:
+def test_each_step_changes_the_schema_it_migrates(tenant_fleet: Engine) -> None:
+    fleet = tenant_fleet
     """A guard on the round-trip tests: each step's upgrade really does something."""
     migrations.downgrade(fleet, "base", tenant="alpha")
     seen = [fingerprint(fleet, "tenant_alpha")]
@@ -231,7 +267,8 @@ def test_downgrade_to_base_then_upgrade_to_head(fleet: Engine) -> None:
     assert _fingerprints(fleet) == shape
 
 
-def test_tenant_option_migrates_that_tenant_only(fleet: Engine) -> None:
+def test_tenant_option_migrates_that_tenant_only(tenant_fleet: Engine) -> None:
+    fleet = tenant_fleet
     shape = _fingerprints(fleet)
     rows = _contents(fleet)
 
