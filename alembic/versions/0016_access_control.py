@@ -531,9 +531,9 @@ FUNCTIONS: tuple[FunctionSource, ...] = (
 _ANY_WRITE = "INSERT OR UPDATE OR DELETE"
 
 #: (trigger, table, timing and events, condition, function, argument).
-TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
-    ("access_rules", "folders", f"BEFORE {_ANY_WRITE}", None, "access_folder_rules", None),
-    ("access_placed", "folders", "AFTER INSERT", None, "access_folder_changed", None),
+TRIGGERS: tuple[tuple[str, str, str, str | None, str, tuple[str, ...]], ...] = (
+    ("access_rules", "folders", f"BEFORE {_ANY_WRITE}", None, "access_folder_rules", ()),
+    ("access_placed", "folders", "AFTER INSERT", None, "access_folder_changed", ()),
     (
         "access_moved",
         "folders",
@@ -541,21 +541,21 @@ TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
         "OLD.parent_id IS DISTINCT FROM NEW.parent_id"
         " OR OLD.inherits IS DISTINCT FROM NEW.inherits",
         "access_folder_changed",
-        None,
+        (),
     ),
-    ("access_deleted", "folders", "AFTER DELETE", None, "access_object_deleted", None),
-    ("access_rules", "documents", f"BEFORE {_ANY_WRITE}", None, "access_document_rules", None),
+    ("access_deleted", "folders", "AFTER DELETE", None, "access_object_deleted", ()),
+    ("access_rules", "documents", f"BEFORE {_ANY_WRITE}", None, "access_document_rules", ()),
     (
         "access_moved",
         "documents",
         "AFTER UPDATE OF folder_id",
         "OLD.folder_id IS DISTINCT FROM NEW.folder_id",
         "access_document_moved",
-        None,
+        (),
     ),
-    ("access_deleted", "documents", "AFTER DELETE", None, "access_object_deleted", None),
+    ("access_deleted", "documents", "AFTER DELETE", None, "access_object_deleted", ()),
     *(
-        ("access_rules", table, f"BEFORE {_ANY_WRITE}", None, "access_content_rules", column)
+        ("access_rules", table, f"BEFORE {_ANY_WRITE}", None, "access_content_rules", (column,))
         for table, column in (
             ("file_revisions", "document_id"),
             ("document_tags", "document_id"),
@@ -565,25 +565,34 @@ TRIGGERS: tuple[tuple[str, str, str, str | None, str, str | None], ...] = (
             ("revision_text_parts", "revision_id"),
         )
     ),
-    ("access_rules", "access_entries", f"BEFORE {_ANY_WRITE}", None, "access_entry_rules", None),
-    ("access_changed", "access_entries", f"AFTER {_ANY_WRITE}", None, "access_entry_changed", None),
-    ("access_rules", "access_groups", f"BEFORE {_ANY_WRITE}", None, "access_root_rules", None),
+    ("access_rules", "access_entries", f"BEFORE {_ANY_WRITE}", None, "access_entry_rules", ()),
+    ("access_changed", "access_entries", f"AFTER {_ANY_WRITE}", None, "access_entry_changed", ()),
+    ("access_rules", "access_groups", f"BEFORE {_ANY_WRITE}", None, "access_root_rules", ()),
     (
         "access_rules",
         "access_group_members",
         f"BEFORE {_ANY_WRITE}",
         None,
         "access_root_rules",
-        "user_id",
+        ("user_id",),
     ),
     # Deleting a tag, a field or an option reaches into every document that uses it, seen or
     # not: it needs manage at the root. Adding and renaming them is anyone's.
     *(
-        ("access_rules", table, "BEFORE DELETE", None, "access_root_rules", None)
+        ("access_rules", table, "BEFORE DELETE", None, "access_root_rules", ())
         for table in ("tags", "metadata_fields", "metadata_field_options")
     ),
-    ("access_rules", "access_scopes", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),
-    ("access_rules", "access_grants", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", None),
+    # The audit trail records who granted and revoked what (revision 0013's audit_row).
+    *(
+        ("audit_row", table, f"AFTER {_ANY_WRITE}", None, "audit_row", arguments)
+        for table, arguments in (
+            ("access_entries", ("access_entry", "document_id")),
+            ("access_groups", ("group", "")),
+            ("access_group_members", ("group_member", "")),
+        )
+    ),
+    ("access_rules", "access_scopes", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", ()),
+    ("access_rules", "access_grants", f"BEFORE {_ANY_WRITE}", None, "access_derived_only", ()),
 )
 
 #: Who sees everything: the database's own triggers, and a named system principal. One
@@ -613,13 +622,16 @@ _ENTRY_VISIBLE = (
     " OR EXISTS (SELECT 1 FROM {s}.documents d WHERE d.id = document_id)"
 )
 
-#: An event of the audit trail shows what it was about: it is visible with its document (or
-#: folder); events of the tenant's vocabulary (tags, fields, options) are visible to all.
+#: An event of the audit trail shows what it was about: it is visible with its document, folder
+#: or access entry; events of the tenant's vocabulary (tags, fields, options) and of its groups
+#: are visible to all.
 _EVENT_VISIBLE = (
     f"{_UNRESTRICTED}"
-    " OR (document_id IS NULL AND object_type <> 'folder')"
+    " OR (document_id IS NULL AND object_type NOT IN ('folder', 'access_entry'))"
     " OR EXISTS (SELECT 1 FROM {s}.documents d WHERE d.id = document_id)"
     " OR (object_type = 'folder' AND EXISTS (SELECT 1 FROM {s}.folders f WHERE f.id = object_id))"
+    " OR (object_type = 'access_entry'"
+    " AND EXISTS (SELECT 1 FROM {s}.access_entries e WHERE e.id = object_id))"
 )
 
 #: (table, the condition under which a row is visible) of every table under row-level security.
@@ -665,9 +677,16 @@ def _citus_policy(visible: str) -> str:
     return f"{{s}}.{name}({columns})"
 
 
-#: What the audit trail ignores in an update: the scope is derived, rewritten for every row
-#: below a moved folder, and recording it would flood the trail with non-changes.
-_AUDIT_IGNORED = ("o.key <> 'updated_at'", "o.key NOT IN ('updated_at', 'access_scope')")
+#: How revision 0013's ``audit_row`` reads from here on, as (its text, the text now): an update
+#: ignores the scope (derived, rewritten for every row below a moved folder: recording it would
+#: flood the trail with non-changes), and a membership's object is its group.
+_AUDIT_ROW_CHANGES = (
+    ("o.key <> 'updated_at'", "o.key NOT IN ('updated_at', 'access_scope')"),
+    (
+        "coalesce(row_now ->> 'id', row_now ->> 'field_id')",
+        "coalesce(row_now ->> 'id', row_now ->> 'field_id', row_now ->> 'group_id')",
+    ),
+)
 
 
 def upgrade(*, scope: MigrationScope) -> None:
@@ -688,7 +707,7 @@ def _upgrade_tenant(schema: str) -> None:
     create_functions(bind, schema, FUNCTIONS)
     for statement in _create_triggers(schema):
         execute_ddl(bind, statement)
-    _replace_audit_row(schema, ignoring_scope=True)
+    _replace_audit_row(schema, changed=True)
     on_citus = citus.is_citus(bind)
     if on_citus:
         create_functions(bind, schema, _citus_functions(schema))
@@ -738,7 +757,7 @@ def _downgrade_tenant(schema: str) -> None:
                 "ALTER TABLE {}.{} NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY"
             ).format(sql.Identifier(schema), sql.Identifier(table)),
         )
-    _replace_audit_row(schema, ignoring_scope=False)
+    _replace_audit_row(schema, changed=False)
     for name, table, *_rest in TRIGGERS:
         if not table.startswith("access_"):
             execute_ddl(
@@ -940,7 +959,7 @@ def _add_columns(schema: str) -> None:
 
 
 def _create_triggers(schema: str) -> Iterator[sql.Composable]:
-    for name, table, events, condition, function, argument in TRIGGERS:
+    for name, table, events, condition, function, arguments in TRIGGERS:
         yield sql.SQL(
             "CREATE TRIGGER {} {} ON {}.{} FOR EACH ROW{} EXECUTE FUNCTION {}.{}({})"
         ).format(
@@ -951,7 +970,7 @@ def _create_triggers(schema: str) -> Iterator[sql.Composable]:
             sql.SQL("") if condition is None else sql.SQL(" WHEN ({})").format(sql.SQL(condition)),
             sql.Identifier(schema),
             sql.Identifier(function),
-            sql.SQL("") if argument is None else sql.Literal(argument),
+            sql.SQL(", ").join(sql.Literal(argument) for argument in arguments),
         )
 
 
@@ -970,13 +989,15 @@ def _secure(schema: str, table: str, visible: str) -> Iterator[sql.Composable]:
     )
 
 
-def _replace_audit_row(schema: str, *, ignoring_scope: bool) -> None:
-    """Put back revision 0013's ``audit_row``, ``ignoring_scope`` changes or not."""
+def _replace_audit_row(schema: str, *, changed: bool) -> None:
+    """Put back revision 0013's ``audit_row``, with :data:`_AUDIT_ROW_CHANGES` or as it was."""
     module: ModuleType = op.get_context().script.get_revision("0013").module  # type: ignore[union-attr]
-    body = str(module.ROW)
-    if _AUDIT_IGNORED[0] not in body:
-        raise RuntimeError("revision 0013's audit_row has changed: update revision 0016")
-    source = body.replace(*_AUDIT_IGNORED) if ignoring_scope else body
+    source = str(module.ROW)
+    for was, now in _AUDIT_ROW_CHANGES:
+        if was not in source:
+            raise RuntimeError("revision 0013's audit_row has changed: update revision 0016")
+        if changed:
+            source = source.replace(was, now)
     execute_ddl(
         op.get_bind(),
         sql.SQL(

@@ -54,6 +54,11 @@ OBJECT_TYPES = (
     "metadata_field",
     "metadata_option",
     "metadata_value",
+    # Access control (docs/access.md): an entry granted, changed or revoked; a group; a
+    # membership (its object is the group).
+    "access_entry",
+    "group",
+    "group_member",
 )
 
 

@@ -255,6 +255,35 @@ def test_deleting_a_tag_used_where_one_cannot_see_needs_manage_at_the_root(
         assert [t.name for t in uow.tags.tags_of(world.private_doc)] == ["renamed"]
 
 
+def test_the_audit_trail_records_who_granted_revoked_and_joined(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        readers = uow.access.add_group("readers")
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, group_id=readers.id)
+        uow.access.add_member(readers.id, world.bob)
+        uow.access.grant(["edit"], folder_id=world.shared, group_id=readers.id)
+        assert uow.access.revoke(folder_id=world.shared, group_id=readers.id)
+        uow.commit()
+
+    with UnitOfWork(app_engine, tenant=tenant, system="auditor") as uow:
+        entries = uow.audit.events(object_type="access_entry", actor_id=world.admin).items
+        groups = uow.audit.events(object_type="group").items
+        members = uow.audit.events(object_type="group_member").items
+    revoked, raised, granted = entries[:3]  # newest first
+    assert [e.action for e in (revoked, raised, granted)] == ["delete", "update", "create"]
+    assert granted.after is not None
+    assert granted.after["group_id"] == str(readers.id)
+    assert granted.after["rights"] == Rights.VIEW
+    assert (raised.before, raised.after) == ({"rights": 1}, {"rights": 3})  # what changed
+    assert revoked.before is not None
+    assert revoked.before["group_id"] == str(readers.id)
+    assert [(e.action, (e.after or {}).get("name")) for e in groups] == [("create", "readers")]
+    assert [(e.action, e.object_id, e.actor_id) for e in members] == [
+        ("create", readers.id, world.admin)
+    ]
+
+
 def test_a_system_principal_acts_on_everything_by_name(
     app_engine: Engine, tenant: str, world: World
 ) -> None:

@@ -93,6 +93,10 @@ TENANT_TRIGGERS = {
     ),
     ("folders", "access_placed"),
     *(
+        (table, "audit_row")
+        for table in ("access_entries", "access_groups", "access_group_members")
+    ),
+    *(
         (table, trigger)
         for table in ("folders", "documents")
         for trigger in ("access_moved", "access_deleted")
