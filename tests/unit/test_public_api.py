@@ -9,6 +9,8 @@ import pytest
 import dms
 
 EXPECTED = [
+    "ALL_RIGHTS",
+    "AccessEntry",
     "AlreadyExists",
     "ClusterError",
     "ConcurrentUpdate",
@@ -23,6 +25,7 @@ EXPECTED = [
     "FleetInterrupted",
     "FleetStopped",
     "Folder",
+    "Group",
     "InvalidTenantName",
     "InvariantViolation",
     "Job",
@@ -35,13 +38,16 @@ EXPECTED = [
     "NotFound",
     "NotMigrated",
     "Page",
+    "PermissionDenied",
     "Revision",
+    "Rights",
     "Settings",
     "Snippet",
     "Tag",
     "Tenant",
     "TenantExists",
     "TenantNotFound",
+    "TransactionFailed",
     "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",
