@@ -50,7 +50,7 @@ def application_engine(engine: Engine, tenants: Iterable[str], **options: Any) -
         execute_ddl(conn, sql.SQL(_CREATE).format(role=role))
         on_citus = citus.is_citus(conn)
     if on_citus:
-        _allow_nested_execution(engine, role)
+        _allow_nested_execution(engine, APPLICATION_ROLE)
     with engine.begin() as conn:
         for tenant in tenants:
             schema = sql.Identifier(tenancy.schema_name(tenant))
@@ -67,27 +67,56 @@ def application_engine(engine: Engine, tenants: Iterable[str], **options: Any) -
 
 #: Tries at changing the role on Citus, where parallel test processes race to change it.
 _ATTEMPTS = 10
+#: How long one change waits for a lock before it gives up and tries again.
+_LOCK_TIMEOUT = "5s"
+#: Whether the role has the setting on the node that runs it: 't' or 'f'.
+_PROBE = (
+    "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+    " WHERE r.rolname = {name} AND {setting} = ANY (s.setconfig))"
+)
+_SETTING = "citus.allow_nested_distributed_execution=on"
 
 
-def _allow_nested_execution(engine: Engine, role: sql.Identifier) -> None:
+def _allow_nested_execution(engine: Engine, name: str) -> None:
     """Give the role what docs/access.md asks of an application role on Citus, on every node.
 
     For its units of work that name nobody and its raw SQL; Citus does not pass the setting on
-    to its workers. Parallel test processes race to change the role ("tuple concurrently
-    updated"): the loser tries again.
+    to its workers. Once set, nothing is changed again (a change locks the role). A change is
+    made node by node, each in a statement of its own: run in one transaction, the
+    coordinator's lock on the role was held while the workers were changed through other
+    connections, and parallel test processes doing the same waited on each other across
+    nodes, a deadlock that neither Citus nor PostgreSQL sees. Parallel processes still race
+    ("tuple concurrently updated", a lock timeout): the loser tries again.
     """
-    nested = sql.SQL(_NESTED).format(role=role)
+    nested = sql.SQL(_NESTED).format(role=sql.Identifier(name))
     for attempt in range(1, _ATTEMPTS + 1):
         try:
-            with engine.begin() as conn:
-                execute_ddl(conn, nested)
-                on_workers = sql.SQL("SELECT run_command_on_workers({})").format(
-                    sql.Literal(nested.as_string(conn.connection.driver_connection))
+            with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+                if _nodes_without_setting(conn, name) == 0:
+                    return
+                text = nested.as_string(conn.connection.driver_connection)
+                execute_ddl(
+                    conn, sql.SQL("SET lock_timeout = {}").format(sql.Literal(_LOCK_TIMEOUT))
                 )
-                execute_ddl(conn, on_workers)
+                execute_ddl(
+                    conn, sql.SQL("SELECT run_command_on_workers({})").format(sql.Literal(text))
+                )
+                execute_ddl(conn, nested)
         except DBAPIError:
             if attempt == _ATTEMPTS:
                 raise
             time.sleep(0.1 * attempt)
-        else:
-            return
+    raise RuntimeError(f"could not set {_SETTING} for {name} on every node")
+
+
+def _nodes_without_setting(conn: sa.Connection, name: str) -> int:
+    """How many nodes, the coordinator included, do not give role ``name`` the setting yet."""
+    probe = sql.SQL(_PROBE).format(name=sql.Literal(name), setting=sql.Literal(_SETTING))
+    text = probe.as_string(conn.connection.driver_connection)
+    here = bool(conn.exec_driver_sql(text).scalar_one())
+    workers = conn.exec_driver_sql(
+        sql.SQL("SELECT result FROM run_command_on_workers({})")
+        .format(sql.Literal(text))
+        .as_string(conn.connection.driver_connection)
+    ).scalars()
+    return int(not here) + sum(str(result) != "t" for result in workers)
