@@ -21,7 +21,8 @@ identifier) or ``'<name>'`` (a value), and nothing of it may be left over
 migrated revision by revision, catalog entry by catalog entry.
 
 A recording is kept per process, keyed by what changes the SQL: the scripts and their head, the
-``users`` schema and the server's version.
+``users`` schema, the server's version and whether it is a Citus cluster (revisions emit
+different SQL there, and a Citus coordinator reports the version of its PostgreSQL).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Connection, ExecutionContext
 
+from dms import citus
 from dms.config import Settings
 from dms.errors import MigrationError
 from dms.migrations.schema_step import migrate_schema
@@ -67,6 +69,7 @@ class _Key:
     head: str | None
     users_schema: str
     server_version: int
+    citus: bool
 
 
 class _Slot(enum.Enum):
@@ -116,6 +119,7 @@ def tenant_template(conn: Connection, scripts: Scripts, settings: Settings) -> T
         head=scripts.head(),
         users_schema=settings.users_schema,
         server_version=_driver(conn).info.server_version,
+        citus=citus.is_citus(conn),
     )
     with _templates_lock:
         template = _templates.get(key)

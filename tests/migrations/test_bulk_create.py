@@ -22,6 +22,8 @@ from dms.errors import AlreadyExists, TenantExists
 from dms.fleet import Outcome
 from dms.migrations import Scripts
 from dms.migrations.template import tenant_template
+from dms.testing.databases import temporary_database
+from dms.users import create_users_stand_in
 from tests.conftest import LONG_TEST_SECONDS
 from tests.migrations.fingerprint import (
     REPO_ROOT,
@@ -31,6 +33,7 @@ from tests.migrations.fingerprint import (
     revisions,
     schema_rows,
 )
+from tests.migrations.private_server import private_server
 
 HEAD = migrations.head_revision()
 BULK = tuple(f"bulk_{index}" for index in range(6))
@@ -336,3 +339,21 @@ def test_a_script_without_a_main_guard_creates_and_migrates_many_tenants(
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["{'created': 40}", "{'skipped': 40}"]
     assert len(tenancy.list_tenants(db)) == 40
+
+
+@pytest.mark.citus_only
+def test_a_recording_made_on_citus_is_not_replayed_on_a_plain_server(at_head: Engine) -> None:
+    """Citus and PostgreSQL of one version get different SQL (revision 0016's policies): a
+    process that created a tenant on Citus, then on a plain server, made the second one with
+    the policies Citus needs."""
+    provisioning.create_tenant(at_head, "on_citus")  # records the template on Citus
+    with private_server() as server, temporary_database(server.url) as url:
+        plain = sa.create_engine(url, poolclass=sa.NullPool)
+        try:
+            create_users_stand_in(plain)
+            migrations.upgrade(plain)
+            _step_by_step(plain, "stepwise")
+            provisioning.create_tenant(plain, "recorded")
+            assert fingerprint(plain, "tenant_recorded") == fingerprint(plain, "tenant_stepwise")
+        finally:
+            plain.dispose()
