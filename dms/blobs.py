@@ -58,7 +58,6 @@ from dms.errors import (
     ValidationError,
 )
 from dms.jobs.validation import MAX_AGE, require_duration
-from dms.repositories.blobs import BlobRepository
 from dms.storage import BlobStore, Content, StoredObject, content_key, content_space
 from dms.storage.keys import sha256_of_content_key
 from dms.storage.store import STAGING_GRACE
@@ -79,11 +78,6 @@ class StoredContents:
     already_stored: int
 
 
-def blobs_of(uow: UnitOfWork) -> BlobRepository:
-    """The blob registry of the unit of work's tenant, on its connection."""
-    return BlobRepository(uow.connection, tenant=uow.tenant, user_id=uow.user_id)
-
-
 def store_contents(
     uow: UnitOfWork, store: BlobStore, contents: Sequence[Content]
 ) -> StoredContents:
@@ -101,7 +95,7 @@ def claim_contents(uow: UnitOfWork, contents: Sequence[Content]) -> dict[str, st
     """Claim the blob of each content for the unit of work; return each SHA-256's key."""
     unique = {content.sha256: content for content in contents}
     keys = {sha256: content_key(uow.tenant, sha256) for sha256 in unique}
-    blobs_of(uow).claim(
+    uow.blobs.claim(
         Blob(storage_key=keys[sha256], sha256=sha256, size_bytes=content.size_bytes)
         for sha256, content in unique.items()
     )
@@ -229,7 +223,7 @@ def release_blobs(
     released: list[str] = []
     while True:
         with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
-            candidates = blobs_of(uow).unreferenced(limit=RELEASE_BATCH)
+            candidates = uow.blobs.unreferenced(limit=RELEASE_BATCH)
         if not candidates:
             return released
         batch = _release(engine, tenant, store, candidates, settings)
@@ -246,7 +240,7 @@ def _release(
     settings: Settings | None,
 ) -> list[str]:
     with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
-        registry = blobs_of(uow)
+        registry = uow.blobs
         locked = registry.lock(keys)
         released = registry.delete_unreferenced(locked)
         # Before the commit, while the rows are locked: a writer waiting for them finds the
@@ -376,7 +370,7 @@ def _collect_tenant(
     )
     while page := _page(found, RELEASE_BATCH):
         with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
-            registry = blobs_of(uow)
+            registry = uow.blobs
             known = registry.registered_among(o.storage_key for o in page)
             unknown = [o for o in page if o.storage_key not in known]
             if not dry_run:
@@ -385,7 +379,7 @@ def _collect_tenant(
         adopted += len(unknown)
     if dry_run:
         with UnitOfWork(engine, tenant=tenant, system=OPERATOR, settings=settings) as uow:
-            unreferenced = len(blobs_of(uow).unreferenced(limit=2**31 - 1))
+            unreferenced = len(uow.blobs.unreferenced(limit=2**31 - 1))
         return adopted, unreferenced
     released = len(release_blobs(engine, tenant=tenant, store=store, settings=settings))
     # Adopted files were unreferenced by definition: count them once, as adopted.

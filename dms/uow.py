@@ -40,8 +40,10 @@ from dms.domain.validation import check_optional_id
 from dms.repositories import (
     AccessRepository,
     AuditRepository,
+    BlobRepository,
     DocumentRepository,
     FolderRepository,
+    ImportRepository,
     MetadataRepository,
     RevisionRepository,
     SearchRepository,
@@ -161,6 +163,16 @@ class UnitOfWork(TenantTransaction):
     def search(self) -> SearchRepository:
         """The tenant's content search: its settings, extracted texts and index."""
         return self._repository(SearchRepository)
+
+    @property
+    def blobs(self) -> BlobRepository:
+        """The tenant's blob registry: which content keys its revisions hold (:mod:`dms.blobs`)."""
+        return self._repository(BlobRepository)
+
+    @property
+    def imports(self) -> ImportRepository:
+        """Where the tenant's imported documents came from (:mod:`dms.importing`)."""
+        return self._repository(ImportRepository)
 
     def _repository(self, kind: type[_R]) -> _R:
         # Created on first use and only while open: a repository never outlives its connection.

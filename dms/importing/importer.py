@@ -326,11 +326,8 @@ class _Importer:
         finally:
             self._add_blob_time(time.perf_counter() - started)
 
-    def _imports(self, uow: UnitOfWork) -> ImportRepository:
-        return ImportRepository(uow.connection, tenant=self.tenant, user_id=self.user_id)
-
     def _record(self, uow: UnitOfWork, batch: _Batch) -> None:
-        imports = self._imports(uow)
+        imports = uow.imports
         imports.record(batch.provenance)
         imports.record_content(
             {f.known_document: f.read.content.sha256 for f in batch.files if f.known_document}
@@ -347,7 +344,7 @@ class _Importer:
                 parents.add(self.into)
             elif item.entry.parent in self.found:
                 parents.add(self.folder_ids[item.entry.parent])
-        return _Provenance(ImportRepository(uow.connection, tenant=self.tenant), parents)
+        return _Provenance(uow.imports, parents)
 
     def _parent_id(self, entry: SourceEntry) -> uuid.UUID | None:
         return self.into if entry.parent is None else self.folder_ids[entry.parent]
@@ -614,7 +611,7 @@ class _Importer:
         keys: dict[str, str],
     ) -> list[tuple[_NewFile, str]]:
         """Create ``pending``; return those whose title was taken, renamed for another try."""
-        created = self._imports(uow).import_documents(
+        created = uow.imports.import_documents(
             [
                 NewImportedDocument(
                     title=title,

@@ -17,8 +17,10 @@ each other in one direction only (``documents`` uses ``folders``, ``tags`` and `
 
 from .access import AccessRepository
 from .audit import AuditRepository
+from .blobs import BlobRepository
 from .documents import DocumentRepository
 from .folders import FolderRepository
+from .imports import ImportRepository
 from .metadata import MetadataRepository
 from .revisions import RevisionRepository
 from .search import SearchRepository
@@ -27,8 +29,10 @@ from .tags import TagRepository
 __all__ = [
     "AccessRepository",
     "AuditRepository",
+    "BlobRepository",
     "DocumentRepository",
     "FolderRepository",
+    "ImportRepository",
     "MetadataRepository",
     "RevisionRepository",
     "SearchRepository",

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms import jobs, provisioning
-from dms.blobs import blobs_of, collect_garbage, release_dropped_tenant, store_contents
+from dms.blobs import collect_garbage, release_dropped_tenant, store_contents
 from dms.cli import main
 from dms.domain import Blob, NewRevision
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, ValidationError
@@ -134,7 +134,7 @@ def test_gc_removes_what_no_tenant_needs_and_keeps_every_referenced_blob(
     assert not old.staged.exists()
     assert fresh.staged.exists()
     with UnitOfWork(engine, tenant=tenant) as uow:
-        assert blobs_of(uow).registered_among([unregistered, unreferenced]) == set()
+        assert uow.blobs.registered_among([unregistered, unreferenced]) == set()
 
     # Without --tenant, the dropped tenant's blobs go too.
     garbage = collect_garbage(engine, store, tenants=None)
@@ -151,7 +151,7 @@ def test_gc_waits_for_a_writer_that_claimed_an_unregistered_file_and_keeps_it(
     store.put(key, data)  # a file written ahead, not yet claimed
     results: list[object] = []
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as writer:
-        blobs_of(writer).claim([Blob(storage_key=key, sha256=digest(data), size_bytes=len(data))])
+        writer.blobs.claim([Blob(storage_key=key, sha256=digest(data), size_bytes=len(data))])
         collector = threading.Thread(
             target=lambda: results.append(collect_garbage(engine, store, tenants=[tenant]))
         )

@@ -14,7 +14,6 @@ from sqlalchemy.engine import Engine
 
 from dms import provisioning
 from dms.blobs import (
-    blobs_of,
     claim_contents,
     purge_document,
     purge_trash,
@@ -47,7 +46,7 @@ def _trash_and_purge(engine: Engine, tenant: str, document_id: uuid.UUID) -> lis
 
 def _registered(engine: Engine, tenant: str, key: str) -> bool:
     with UnitOfWork(engine, tenant=tenant) as uow:
-        return blobs_of(uow).get(key) is not None
+        return uow.blobs.get(key) is not None
 
 
 def test_shared_blob_stays_until_its_last_revision_is_purged(
