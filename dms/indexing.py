@@ -34,8 +34,8 @@ from dms.errors import FleetInterrupted, FleetStopped, ValidationError
 from dms.fleet.arguments import Jobs, check_jobs
 from dms.fleet.pool import run_each
 from dms.fleet.progress import NoProgress, Progress
-from dms.fleet.report import FleetReport, Outcome, TenantReport
-from dms.migrations.runner import stopped_message, worker_processes
+from dms.fleet.report import FleetReport, Outcome, TenantReport, stopped_message
+from dms.fleet.sizing import worker_processes
 from dms.services import extraction_jobs
 from dms.uow import UnitOfWork
 

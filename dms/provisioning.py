@@ -46,9 +46,9 @@ from dms.errors import (
 from dms.fleet.arguments import Jobs, check_jobs, check_names
 from dms.fleet.pool import PoolResult, Task, run_each
 from dms.fleet.progress import NoProgress, Progress
-from dms.fleet.report import FleetReport, Outcome, TenantReport
+from dms.fleet.report import FleetReport, Outcome, TenantReport, stopped_message
+from dms.fleet.sizing import worker_processes
 from dms.migrations import registry
-from dms.migrations.runner import stopped_message, worker_processes
 from dms.migrations.scripts import Scripts
 from dms.migrations.status import read_versions
 from dms.migrations.template import TenantTemplate, tenant_template

@@ -157,3 +157,8 @@ class FleetReport:
             "shared": None if self.shared is None else self.shared.as_json(),
             "tenants": [report.as_json() for report in self.tenants],
         }
+
+
+def stopped_message(report: FleetReport) -> str:
+    """Why a run stopped and how far it got, on one line."""
+    return f"{report.stopped or 'stopped'}: {report.how_far()}"

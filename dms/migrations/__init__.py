@@ -22,8 +22,9 @@ one connection), :mod:`.runner` (the fleet), :mod:`.alembic_env` (``alembic/env.
 :mod:`.catalog` and :mod:`.drift` (what each tenant's catalog holds, against head).
 """
 
+from dms.fleet.sizing import default_jobs
 from dms.migrations.alembic_env import run_from_alembic
-from dms.migrations.runner import default_jobs, downgrade, downgrade_target, upgrade
+from dms.migrations.runner import downgrade, downgrade_target, upgrade
 from dms.migrations.schema_step import migrate_schema
 from dms.migrations.scope import MigrationScope
 from dms.migrations.scripts import Scripts, alembic_config, head_revision, script_location

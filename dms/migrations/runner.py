@@ -19,7 +19,6 @@ finishes the rest.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 
@@ -40,10 +39,11 @@ from dms.errors import (
     TenantNotFound,
     ValidationError,
 )
-from dms.fleet.arguments import AUTO_JOBS, Jobs, check_jobs
+from dms.fleet.arguments import Jobs, check_jobs
 from dms.fleet.pool import INTERRUPTED, PoolResult, run_each
 from dms.fleet.progress import NoProgress, Progress
-from dms.fleet.report import FleetReport, Outcome, TenantReport
+from dms.fleet.report import FleetReport, Outcome, TenantReport, stopped_message
+from dms.fleet.sizing import worker_processes
 from dms.migrations import registry
 from dms.migrations.schema_step import (
     Direction,
@@ -60,13 +60,6 @@ from dms.migrations.status import (
 )
 from dms.users import require_users_table
 
-#: Below this many tenants to migrate, the default is this process alone: starting worker
-#: processes (about a second) would cost more than it saves.
-PARALLEL_FROM_TENANTS = 32
-#: The default number of worker processes is at most this (and at most the CPUs here, and
-#: half the connections the server has free).
-MAX_DEFAULT_JOBS = 8
-
 
 def upgrade(
     engine: Engine,
@@ -80,7 +73,7 @@ def upgrade(
     """Upgrade the shared schema, then every tenant (or only ``tenant``), to ``revision``.
 
     ``jobs``: worker processes (default: this one; :data:`~dms.fleet.AUTO_JOBS`:
-    :func:`default_jobs`). Raises
+    :func:`~dms.fleet.sizing.default_jobs`). Raises
     :class:`~dms.errors.ValidationError` before any SQL if ``revision`` is not text or is
     blank, or ``jobs`` not a positive int, :class:`~dms.errors.MigrationError` for a revision
     the scripts do not have or on the wrong side of the current one,
@@ -116,35 +109,6 @@ def downgrade_target(
     anything: for a command that asks before it destroys data.
     """
     return _Run(engine, "downgrade", tenant, None, None, scripts).target(revision)
-
-
-def worker_processes(jobs: Jobs, engine: Engine, tenants: int) -> int:
-    """The worker processes of a fleet operation over ``tenants`` tenants called with ``jobs``."""
-    if jobs == AUTO_JOBS:
-        return default_jobs(engine, tenants)
-    return 1 if jobs is None else jobs
-
-
-def default_jobs(engine: Engine, tenants: int) -> int:
-    """Worker processes for ``tenants`` tenants when the caller did not say.
-
-    One (this process) for fewer than :data:`PARALLEL_FROM_TENANTS`; otherwise the CPUs of this
-    machine, at most :data:`MAX_DEFAULT_JOBS` and at most half the connections the server has
-    free: migrations wait on the server's disk more than on its CPUs, but every worker holds a
-    connection.
-    """
-    if tenants < PARALLEL_FROM_TENANTS:
-        return 1
-    activity = sa.table("pg_stat_activity", sa.column("pid"))
-    setting = sa.func.current_setting
-    free = sa.select(
-        setting("max_connections").cast(sa.Integer)
-        - setting("superuser_reserved_connections").cast(sa.Integer)
-        - sa.select(sa.func.count()).select_from(activity).scalar_subquery()
-    )
-    with engine.connect() as conn:
-        connections = int(conn.scalar(free) or 0)
-    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS, connections // 2))
 
 
 # --- one tenant (runs in a worker process, or here) ----------------------------------------
@@ -431,8 +395,3 @@ def _raise_unless_complete(report: FleetReport, result: PoolResult) -> None:
     ]
     if failures:
         raise MigrationFailed(failures, report)
-
-
-def stopped_message(report: FleetReport) -> str:
-    """Why a run stopped and how far it got, on one line."""
-    return f"{report.stopped or 'stopped'}: {report.how_far()}"

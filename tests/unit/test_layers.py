@@ -269,3 +269,39 @@ def test_the_reach_of_an_import_is_followed_through_chains() -> None:
     graph = import_graph()
     assert "dms.repositories.errors" not in internal_imports("dms.processing")
     assert "dms.repositories.errors" in reachable("dms.processing", graph)
+
+
+def _constructs_a_repository(module: str) -> bool:
+    tree = ast.parse(modules()[module].read_text())
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, (ast.Name, ast.Attribute))
+        and (node.func.id if isinstance(node.func, ast.Name) else node.func.attr).endswith(
+            "Repository"
+        )
+        for node in ast.walk(tree)
+    )
+
+
+def test_only_the_unit_of_work_builds_repositories() -> None:
+    """docs/architecture.md: a repository comes from its unit of work, made for its connection
+    (the blob registry and the import provenance were once built by hand beside it)."""
+    builders = {
+        module
+        for module in modules()
+        if not module.startswith("dms.repositories") and _constructs_a_repository(module)
+    }
+    assert builders == set()
+
+
+@pytest.mark.parametrize("module", ["dms.provisioning", "dms.indexing"])
+def test_fleet_operations_share_dms_fleet_not_each_other(module: str) -> None:
+    """The pool, its size and the report's stop line are in ``dms.fleet``, for every fleet
+    operation; creating or reindexing tenants once borrowed them from the migration runner."""
+    assert "dms.migrations.runner" not in internal_imports(module)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in modules() if m.startswith("dms.fleet")))
+def test_the_fleet_package_sits_below_the_fleet_operations(module: str) -> None:
+    above = ("dms.migrations", "dms.provisioning", "dms.indexing", "dms.cli")
+    assert {m for m in internal_imports(module) if m.startswith(above)} == set()
