@@ -43,12 +43,17 @@ class FieldType(str, Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class Folder:
-    """A folder; ``parent_id`` is ``None`` at the top level."""
+    """A folder; ``parent_id`` is ``None`` at the top level.
+
+    ``owner_id``: the user who holds every right on it (docs/access.md); ``None`` for a folder
+    older than access control, or whose owner left the IAM.
+    """
 
     id: uuid.UUID
     parent_id: uuid.UUID | None
     name: str
     created_by: uuid.UUID
+    owner_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
@@ -64,6 +69,7 @@ class Document:
     """A document: a titled, versioned container of file revisions.
 
     ``version`` counts changes to the document; pass the one you read to every update.
+    ``owner_id``: as :attr:`Folder.owner_id`.
     """
 
     id: uuid.UUID
@@ -72,6 +78,7 @@ class Document:
     current_revision_id: uuid.UUID | None
     version: int
     created_by: uuid.UUID
+    owner_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None

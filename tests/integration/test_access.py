@@ -220,6 +220,18 @@ def test_groups_grant_their_members_and_a_revocation_reaches_an_open_unit_of_wor
             bobs.documents.get(world.private_doc)
 
 
+def test_folders_and_documents_say_who_owns_them(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        assert uow.folders.get(world.inner).owner_id == world.admin  # its creator
+        assert uow.documents.get(world.inner_doc).owner_id == world.admin
+        uow.access.set_owner(world.bob, document_id=world.inner_doc)
+        uow.access.set_owner(None, folder_id=world.inner)
+        assert uow.documents.get(world.inner_doc).owner_id == world.bob
+        assert uow.folders.get(world.inner).owner_id is None
+
+
 def test_a_document_entry_and_ownership_reach_one_document(
     engine: Engine, app_engine: Engine, tenant: str, world: World
 ) -> None:
@@ -448,3 +460,28 @@ def test_the_policies_hold_on_the_node_that_holds_the_tenant(
                 assert seen == {world.shared_doc, world.inner_doc}, table
     finally:
         worker.dispose()
+
+
+def test_a_subtree_is_the_tree_the_user_sees(app_engine: Engine, tenant: str, world: World) -> None:
+    """docs/access.md: a folder the user may not view cuts the tree for them. A folder below it
+    that they may view (its own entry) is a top of their tree: its path starts at it, and a
+    search of the subtree above the hidden folder leaves its documents out, as it leaves out
+    the hidden folder's own (what would otherwise tell them where the folder sits)."""
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        below = uow.folders.add(name="below", parent_id=world.inner)
+        deep = uow.documents.add(title="deep", folder_id=below.id)
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.access.set_inherits(world.inner, False)  # shared's entries stop at inner
+        uow.access.grant(Rights.VIEW, folder_id=below.id, user_id=world.alice)
+        uow.commit()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        under_shared = uow.documents.search(DocumentQuery(folder_id=world.shared), limit=10)
+        under_below = uow.documents.search(DocumentQuery(folder_id=below.id), limit=10)
+        assert [d.id for d in under_shared.items] == [world.shared_doc]
+        assert [d.id for d in under_below.items] == [deep.id]
+        assert [f.id for f in uow.folders.path(below.id)] == [below.id]
+        with pytest.raises(NotFound):
+            uow.folders.get(world.inner)
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        under_shared = uow.documents.search(DocumentQuery(folder_id=world.shared), limit=10)
+        assert {d.id for d in under_shared.items} == {world.shared_doc, world.inner_doc, deep.id}
