@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from dms.fleet.arguments import AUTO_JOBS, Jobs
 
-#: Below this many tenants to migrate, the default is this process alone: starting worker
+#: Below this many tenants, the default is this process alone: starting worker
 #: processes (about a second) would cost more than it saves.
 PARALLEL_FROM_TENANTS = 32
 #: The default number of worker processes is at most this (and at most the CPUs here, and
