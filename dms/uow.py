@@ -112,7 +112,9 @@ class UnitOfWork(TenantTransaction):
         return make
 
     def _began(self, conn: Connection) -> None:
-        if self._actor is not None or self._context is not None:
+        # On Citus even a unit of work that names nobody sets the transaction up (_act_as): its
+        # searches call the tenant's functions, which read the tenant's tables from its node.
+        if self._actor is not None or self._context is not None or citus.is_citus(conn):
             _act_as(conn, self._actor, self._context)
 
     def _ended(self) -> None:
@@ -192,9 +194,10 @@ def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
     """
     settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or ""}
     # On Citus a policy is a function of the row (migration 0016) that reads the tenant's
-    # access tables; run on the node of a shard, that read is a query nested in a query on a
-    # shard, which Citus refuses unless allowed. It is correct here: every table it reads is in
-    # the same tenant schema, whole on that node, so the nested read never leaves it.
+    # access tables, and so are the searches' functions (migration 0017); run on the node of a
+    # shard, that read is a query nested in a query on a shard, which Citus refuses unless
+    # allowed. It is correct here: every table it reads is in the same tenant schema, whole on
+    # that node, so the nested read never leaves it.
     on_citus = {**settings, "citus.allow_nested_distributed_execution": "on"}
     if citus.set_local_on_every_node(conn, on_citus):
         return

@@ -2,10 +2,17 @@
 
 ``document_search`` is written by the tenant's triggers only (migration 0009): whatever changes
 a document's title, tags, text values, current revision or that revision's text rewrites its
-rows in the same transaction. This module reads it (:func:`text_matches`, the relevance of each
-matching document, for :mod:`dms.repositories.documents`' search), stores extracted text (which
-fires the rebuild), and asks the tenant's own function ``search_rebuild`` to rebuild documents
-when the text search configuration changes (:meth:`SearchRepository.rebuild`).
+rows in the same transaction. This module reads it (:func:`matching_parts`, the relevance of
+each matching part, and :func:`titled_like`, for :mod:`dms.repositories.documents`' search),
+stores extracted text (which fires the rebuild), and asks the tenant's own function
+``search_rebuild`` to rebuild documents when the text search configuration changes
+(:meth:`SearchRepository.rebuild`).
+
+Under row-level security PostgreSQL cannot use an index for a condition that is not leakproof
+(``@@``, ``ILIKE``): the policy comes first, row by row. So the words and the title fragment
+are read through the tenant's ``SECURITY DEFINER`` functions of migration 0017, which hold the
+condition and the actor's visibility in one query, where the indexes serve them;
+docs/access.md ("Searching") says what that needs of the role that owns them.
 
 How a query becomes SQL: each term of a :class:`~dms.domain.text_query.TextQuery` becomes a
 ``tsquery`` built by PostgreSQL's own functions from the term as a bound value (``plainto_``
@@ -17,8 +24,10 @@ PostgreSQL as query syntax, so no query string can make a statement fail.
 Relevance is ``ts_rank_cd`` (cover density: the words of a query close together in a document
 rank it higher, which is what a user who types a remembered passage wants) over the best part
 of each document, with the weights title 1.0, tags and values 0.4, content 0.1, divided by
-1 + log(length) so that a long document does not win by length alone. It is computed as
-``double precision`` so that a page's cursor compares exactly.
+1 + log(length) so that a long document does not win by length alone, plus 1,000 for a part
+that has the query's words next to each other, as typed (migration 0017's
+``search_visible_parts`` computes it). It is ``double precision`` so that a page's cursor
+compares exactly.
 """
 
 from __future__ import annotations
@@ -44,10 +53,6 @@ from . import _recordset
 from ._base import Repository
 from .errors import translated
 
-#: Added to the rank of a part that has the query's words next to each other, as typed: more
-#: than any ``ts_rank_cd`` here reaches, so that such parts come first, in rank order among
-#: themselves (a person who types a remembered passage is looking for that document).
-IN_ORDER_BONUS = 1000.0
 #: The configuration of a tenant that never chose one.
 DEFAULT_CONFIG = "simple"
 #: Marks around the words ``ts_headline`` highlights: control characters, which stored text
@@ -131,46 +136,63 @@ def matching_parts(
     *,
     within_all: Collection[uuid.UUID] = (),
     within_any: Collection[uuid.UUID] = (),
+    max_rows: int | None = None,
 ) -> sa.Select[tuple[uuid.UUID, float]]:
     """The index rows that ``query`` matches: ``document_id`` and the part's ``rank``.
 
+    Only rows of live documents the actor may view, read by the tenant's function
+    ``search_visible_parts`` (migration 0017), which holds the words' condition and the
+    visibility together so that the GIN index serves the words under row-level security too.
     ``within_all`` and ``within_any`` narrow the rows to documents under every one (at least
     one) of these folders and tags, in the index itself (``filters``, migration 0010): a common
     word inside a small folder costs the folder's matches, not the word's. They only narrow:
-    the caller still applies its conditions on ``documents``.
+    the caller still applies its conditions on ``documents``, and passes ``max_rows`` (the
+    first rows the index yields) only when it has none.
 
-    Deleted documents included, and no limit: the caller joins ``documents`` on
-    ``document_id`` for its conditions, bounds the candidates (:data:`RANK_CANDIDATES`) and
-    takes each document's best part (:func:`best_per_document`). A part that has the query's
-    words next to each other, as typed, ranks above every part that has not
-    (:data:`IN_ORDER_BONUS`).
+    The caller joins ``documents`` on ``document_id`` for its conditions, bounds the
+    candidates (:data:`~dms.repositories.documents.RANK_CANDIDATES`) and takes each document's
+    best part (:func:`best_per_document`). A part that has the query's words next to each
+    other, as typed, ranks 1,000 above every part that has not.
     """
     found = sa.select(tsquery(tenant, query)).scalar_subquery()
-    statement = sa.select(_index.c.document_id, _rank_of(tenant, query, found).label("rank")).where(
-        _index.c.terms.op("@@", return_type=sa.Boolean)(found)
+    parts: Function[Any] = Function(
+        "search_visible_parts",
+        found,
+        _in_order(tenant, query),
+        sa.bindparam("within_all", sorted(within_all), _ID_ARRAY),
+        sa.bindparam("within_any", sorted(within_any), _ID_ARRAY),
+        sa.bindparam("max_rows", max_rows, sa.Integer),
+        packagenames=(tenancy.schema_name(tenant),),
     )
-    if within_all:
-        statement = statement.where(
-            _index.c.filters.contains(sa.bindparam("within_all", sorted(within_all), _ID_ARRAY))
-        )
-    if within_any:
-        statement = statement.where(
-            _index.c.filters.overlap(sa.bindparam("within_any", sorted(within_any), _ID_ARRAY))
-        )
-    return statement
+    rows = parts.table_valued(
+        sa.column("document_id", sa.Uuid), sa.column("rank", sa.Double)
+    ).alias("parts")
+    return sa.select(rows.c.document_id, rows.c.rank)
 
 
-def _rank_of(
-    tenant: str, query: TextQuery, found: sa.ColumnElement[Any]
-) -> sa.ColumnElement[float]:
-    rank = _rank(_index.c.terms, found)
+def _in_order(tenant: str, query: TextQuery) -> sa.ColumnElement[Any]:
+    """The query's words next to each other, as a ``tsquery`` (NULL: it has no such words)."""
     words = query.words_in_order
     if not words:
-        return rank
+        return sa.cast(sa.null(), TSQUERY)
     text = _fold(tenant, sa.bindparam("words_in_order", " ".join(words), type_=sa.Text))
-    in_order = sa.select(sa.func.phraseto_tsquery(_config(), text, type_=TSQUERY)).scalar_subquery()
-    has_phrase = _index.c.terms.op("@@", return_type=sa.Boolean)(in_order)
-    return rank + IN_ORDER_BONUS * sa.cast(has_phrase, sa.Integer)
+    return sa.select(sa.func.phraseto_tsquery(_config(), text, type_=TSQUERY)).scalar_subquery()
+
+
+def titled_like(tenant: str, pattern: str) -> sa.Select[tuple[uuid.UUID]]:
+    """The live documents the actor may view whose title is ``ILIKE pattern`` (escape: backslash).
+
+    Read by the tenant's function ``search_visible_titles`` (migration 0017), which holds the
+    pattern and the visibility together so that the trigram index serves the pattern under
+    row-level security too.
+    """
+    titled: Function[uuid.UUID] = Function(
+        "search_visible_titles",
+        sa.bindparam("title_pattern", pattern, sa.Text),
+        packagenames=(tenancy.schema_name(tenant),),
+        type_=sa.Uuid,
+    )
+    return sa.select(titled)
 
 
 def best_per_document(parts: sa.Subquery) -> sa.Select[Any]:

@@ -46,8 +46,11 @@ def create_function(
     returns: str,
     language: str,
     body: str,
+    replace: bool = False,
 ) -> None:
     """Create the function ``schema.name(arguments)``, resolving names in ``schema`` only.
+
+    ``replace`` replaces a function of that name and arguments (``CREATE OR REPLACE``).
 
     ``arguments``, ``returns`` and ``language`` (with its attributes, such as ``sql STABLE``)
     are SQL written by a migration, never input; the body is passed as a literal. The fixed
@@ -57,8 +60,9 @@ def create_function(
     execute_ddl(
         conn,
         sql.SQL(
-            "CREATE FUNCTION {}.{}({}) RETURNS {} LANGUAGE {} SET search_path = {}, pg_temp AS {}"
+            "CREATE {}FUNCTION {}.{}({}) RETURNS {} LANGUAGE {} SET search_path = {}, pg_temp AS {}"
         ).format(
+            sql.SQL("OR REPLACE " if replace else ""),
             sql.Identifier(schema),
             sql.Identifier(name),
             sql.SQL(arguments),

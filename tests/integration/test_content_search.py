@@ -17,10 +17,8 @@ from sqlalchemy.engine import Engine
 
 from dms import tenancy
 from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, NewDocument, Page
-from dms.domain.text_query import parse_text_query
 from dms.errors import ValidationError
 from dms.repositories import documents as documents_repository
-from dms.repositories import search as search_repository
 from dms.schema import tenant as t
 from dms.schema.tenant import TEXT_PART_MAX_CHARS
 from dms.services import (
@@ -350,30 +348,6 @@ def test_raw_sql_moves_and_links_keep_the_filters(
         assert found(reader, "words", folder_id=archive.id) == []
 
 
-def test_the_index_itself_answers_folder_and_tag_filters(uow: UnitOfWork, tenant: str) -> None:
-    with uow:
-        paid = uow.tags.add(name="paid")
-        archive = uow.folders.add(name="Archive")
-        statement = search_repository.matching_parts(
-            tenant, parse_text_query("invoice"), within_all={archive.id}, within_any={paid.id}
-        )
-        conn = uow.connection
-        # The test's own transaction only: EXPLAIN of the compiled text needs the schema; with
-        # no rows the planner would rather read the table, which says nothing about the index
-        # (on Citus, on the tenant's node too: a placeholder setting on plain PostgreSQL).
-        conn.exec_driver_sql(f"SET LOCAL search_path = {tenancy.schema_name(tenant)}, public")
-        conn.exec_driver_sql("SET LOCAL citus.propagate_set_commands = 'local'")
-        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-        compiled = statement.compile(conn)
-        explained = conn.exec_driver_sql(f"EXPLAIN {compiled}", compiled.params)
-        plan = "\n".join(str(row[0]) for row in explained)
-
-        assert "Bitmap Index Scan on ix_document_search_terms_filters" in plan, plan
-        conditions = [line for line in plan.splitlines() if "Index Cond" in line]
-        assert len(conditions) == 1, plan
-        assert all(f in conditions[0] for f in ("terms @@", "filters @>", "filters &&")), plan
-
-
 def test_pages_never_skip_or_repeat_a_document(uow: UnitOfWork) -> None:
     with uow:
         for n in range(23):
@@ -507,31 +481,6 @@ def test_text_that_cannot_be_stored_is_refused_before_any_sql(
             )
 
         assert uow.search.text_of(document.current_revision_id) == ["kept words"]
-
-
-def test_title_contains_reads_the_trigram_index(
-    engine: Engine, tenant: str, user_id: uuid.UUID
-) -> None:
-    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        uow.documents.add_many(
-            [NewDocument(title=f"document {n} of the pile", folder_id=None) for n in range(3000)]
-        )
-        uow.commit()
-    schema = tenancy.schema_name(tenant)
-    # As autovacuum would (on Citus, on the tenant's node too): statistics, and the GIN index's
-    # pending list merged.
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f"VACUUM ANALYZE {schema}.documents")
-    with UnitOfWork(engine, tenant=tenant) as uow:
-        statement = uow.documents.search_statement(DocumentQuery(title_contains="invoic"))
-        conn = uow.connection
-        # The test's own transaction only: EXPLAIN of the compiled text needs the schema (and
-        # the planner pg_trgm's, where the extension was created).
-        conn.exec_driver_sql(f"SET LOCAL search_path = {schema}, public")
-        compiled = statement.compile(conn, compile_kwargs={"literal_binds": True})
-        plan = "\n".join(str(row[0]) for row in conn.exec_driver_sql(f"EXPLAIN {compiled}"))
-
-        assert "ix_documents_title_trgm" in plan
 
 
 def test_a_word_in_more_documents_than_are_ranked_pages_the_ranked_ones_once(

@@ -1,0 +1,171 @@
+"""The searches' indexes serve a user under row-level security, read from the plans themselves.
+
+Under row-level security a query's own conditions that are not leakproof (``@@``, ``ILIKE``)
+wait for the policy and cannot be index conditions, so the searches read the words and titles
+through the tenant's functions of migration 0017, which hold them and the visibility together.
+These tests act as the application role (no superuser, no BYPASSRLS) for a user who sees only
+what a folder's entry grants, and read the plans PostgreSQL chose inside those functions with
+``auto_explain`` (nested statements, sent to the client as notices). ``auto_explain`` is loaded
+into the coordinator's session only, while Citus runs the functions on the tenant's node, so
+these tests are for plain PostgreSQL; the searches' results are tested on both.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dms import tenancy
+from dms.domain import DocumentQuery, NewDocument
+from dms.domain.access import ALL_RIGHTS, Rights
+from dms.services import tag_documents
+from dms.testing.roles import APPLICATION_ROLE, application_engine
+from dms.uow import UnitOfWork
+from dms.users import create_user
+
+pytestmark = pytest.mark.plain_only
+
+#: Documents in each folder: enough that reading every row is not the planner's cheapest way.
+PILE = 1500
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """``alice`` may view ``seen`` (with its ``inner`` folder) only; ``paid`` tags a document."""
+
+    name: str
+    alice: uuid.UUID
+    seen: uuid.UUID
+    inner: uuid.UUID
+    paid: uuid.UUID
+
+
+@pytest.fixture
+def world(engine: Engine, tenant: str) -> Tenant:
+    admin, alice = (_user(engine, name) for name in ("admin", "alice"))
+    application = application_engine(engine, [tenant])
+    with UnitOfWork(application, tenant=tenant, user_id=admin) as uow:
+        seen = uow.folders.add(name="seen")
+        inner = uow.folders.add(name="inner", parent_id=seen.id)
+        unseen = uow.folders.add(name="unseen")
+        for folder in (inner, unseen):
+            uow.documents.add_many(
+                [NewDocument(title=f"pile {n} of paper", folder_id=folder.id) for n in range(PILE)]
+            )
+        rare = uow.documents.add(title="the kalomine invoice", folder_id=inner.id)
+        paid = uow.tags.add(name="paid")
+        tag_documents(uow, [rare.id], [paid.id])
+        uow.access.grant(ALL_RIGHTS, user_id=admin)
+        uow.access.grant(Rights.VIEW, folder_id=seen.id, user_id=alice)
+        assert uow.access.revoke()  # everyone's entry at the root
+        uow.commit()
+    application.dispose()
+    schema = tenancy.schema_name(tenant)
+    # As autovacuum would: statistics, and the GIN indexes' pending lists merged.
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in ("documents", "document_search"):
+            conn.exec_driver_sql(f"VACUUM ANALYZE {schema}.{table}")
+    return Tenant(tenant, alice, seen.id, inner.id, paid.id)
+
+
+def _user(engine: Engine, name: str) -> uuid.UUID:
+    with engine.begin() as conn:
+        return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
+
+
+@contextmanager
+def _as_user_with_plans(engine: Engine, world: Tenant) -> Iterator[tuple[UnitOfWork, list[str]]]:
+    """A unit of work of ``alice`` as the application role, and the plans of its statements.
+
+    The suite's engine is a superuser, which alone may load ``auto_explain`` and set it; the
+    transaction then takes the application role, so that row-level security applies.
+    """
+    plans: list[str] = []
+
+    def collect(notice: psycopg.errors.Diagnostic) -> None:
+        if notice.message_primary and "plan:" in notice.message_primary:
+            plans.append(notice.message_primary)
+
+    with UnitOfWork(engine, tenant=world.name, user_id=world.alice) as uow:
+        conn = uow.connection
+        driver = conn.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        conn.exec_driver_sql("LOAD 'auto_explain'")
+        for setting, value in (
+            ("log_min_duration", "0"),
+            ("log_nested_statements", "on"),
+            ("log_level", "notice"),
+        ):
+            conn.exec_driver_sql(f"SET LOCAL auto_explain.{setting} = {value}")
+        conn.exec_driver_sql(f"SET LOCAL ROLE {APPLICATION_ROLE}")
+        driver.add_notice_handler(collect)
+        try:
+            yield uow, plans
+        finally:
+            driver.remove_notice_handler(collect)
+
+
+def _plan_of(plans: list[str], function: str) -> str:
+    """The plan of the statement inside the tenant's function ``function``."""
+    inside = [plan for plan in plans if "FROM document" in plan and function not in plan]
+    assert inside, "\n\n".join(plans)
+    return "\n\n".join(inside)
+
+
+def test_a_rare_word_is_found_through_the_text_index(engine: Engine, world: Tenant) -> None:
+    with _as_user_with_plans(engine, world) as (uow, plans):
+        page = uow.documents.search(DocumentQuery(text="kalomine"))
+
+    assert [d.title for d in page.items] == ["the kalomine invoice"]
+    plan = _plan_of(plans, "search_visible_parts")
+    assert "Bitmap Index Scan on ix_document_search_terms_filters" in plan, plan
+    assert "Seq Scan on document_search" not in plan, plan
+
+
+def test_folder_and_tag_filters_are_answered_by_the_text_index(
+    engine: Engine, world: Tenant
+) -> None:
+    query = DocumentQuery(text="invoice", folder_id=world.seen, tags_any=frozenset({world.paid}))
+    with _as_user_with_plans(engine, world) as (uow, plans):
+        page = uow.documents.search(query)
+
+    assert [d.title for d in page.items] == ["the kalomine invoice"]
+    plan = _plan_of(plans, "search_visible_parts")
+    conditions = [line for line in plan.splitlines() if "Index Cond: ((terms @@" in line]
+    assert len(conditions) == 1, plan
+    assert all(f in conditions[0] for f in ("terms @@", "filters @>", "filters &&")), plan
+
+
+def test_a_title_fragment_is_found_through_the_trigram_index(engine: Engine, world: Tenant) -> None:
+    with _as_user_with_plans(engine, world) as (uow, plans):
+        page = uow.documents.search(DocumentQuery(title_contains="KALOMIN"))
+
+    assert [d.title for d in page.items] == ["the kalomine invoice"]
+    plan = _plan_of(plans, "search_visible_titles")
+    assert "Bitmap Index Scan on ix_documents_title_trgm" in plan, plan
+
+
+def test_what_the_functions_find_is_only_what_the_user_may_view(
+    engine: Engine, world: Tenant
+) -> None:
+    # "pile" and "paper" are in 1,500 documents the user sees and 1,500 they do not.
+    with _as_user_with_plans(engine, world) as (uow, _plans):
+        texts = uow.documents.search(DocumentQuery(text="pile"), limit=1000)
+        titles = uow.documents.search(DocumentQuery(title_contains="paper"), limit=1000)
+        direct = uow.connection.execute(
+            sa.select(sa.func.count()).select_from(
+                sa.text(f"\"{tenancy.schema_name(world.name)}\".search_visible_titles('%pile%')")
+            )
+        ).scalar_one()
+
+    assert texts.estimated_total == PILE
+    assert {d.folder_id for d in texts.items} == {world.inner}
+    assert {d.folder_id for d in titles.items} == {world.inner}
+    assert direct == PILE
