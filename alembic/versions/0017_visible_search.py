@@ -7,8 +7,8 @@ Create Date: 2026-12-06
 Tenant only. Under row-level security PostgreSQL evaluates a query's own conditions after the
 policy's unless they are ``LEAKPROOF``, so none of them can be an index condition: the text
 search's ``@@`` and the title's ``ILIKE`` are not leakproof, and a user's rare word read every
-index row of the tenant, one policy check each (245x the time without access control at
-1,000,000 documents, bench/results/access.md). Two functions put the search's conditions and
+index row of the tenant, one policy check each (65x the time without access control at
+1,000,000 documents, 3.5 s; bench/results/access.md). Two functions put the search's conditions and
 the visibility together in one query, at one level, so that the GIN and trigram indexes serve
 the words and the rule decides which of their rows the actor may see:
 
@@ -26,7 +26,11 @@ another owner the policies apply inside as well and the result is the same, only
 never rely on that owner: each writes out the visibility of revision 0016's policy on
 ``documents`` (a system principal, the owner, or a view grant on the row's scope), so a caller
 sees through them exactly what the policies show it. The callers still read ``documents``
-through the policies. The downgrade drops both.
+through the policies.
+
+Revision 0010's ``search_filters`` is replaced by the same query in PL/pgSQL with its joins
+pinned (:func:`_replace_search_filters`: a folder's move by a user read every folder twice per
+document below it). The downgrade drops the two functions and puts 0010's back.
 """
 
 from __future__ import annotations

@@ -88,17 +88,22 @@ def test_a_dropped_tenant_raises_tenant_not_found(engine: Engine, user_id: uuid.
         uow.folders.add(name="Too late")
 
 
+def _reads(statements: list[str]) -> list[str]:
+    """``statements`` without the transaction's settings (on Citus a unit of work sets some)."""
+    return [s for s in statements if not s.startswith("SET LOCAL") and "set_config(" not in s]
+
+
 def test_a_unit_of_work_asks_the_registry_nothing(
     engine: Engine, tenant: str, statements: list[str]
 ) -> None:
-    """Opening one costs no statement; a read costs exactly its own statement."""
+    """Opening one reads nothing; a read costs exactly its own statement."""
     with UnitOfWork(engine, tenant=tenant) as uow:
         opened = list(statements)
         uow.tags.all()
 
-    assert opened == []
-    assert len(statements) == 1
-    assert "tenants" not in statements[0]
+    assert _reads(opened) == []
+    assert len(_reads(statements)) == 1
+    assert "tenants" not in _reads(statements)[0]
 
 
 def test_the_registry_is_asked_once_when_the_tenant_is_missing(
@@ -108,8 +113,8 @@ def test_the_registry_is_asked_once_when_the_tenant_is_missing(
     with UnitOfWork(engine, tenant=new_slug()) as uow, pytest.raises(TenantNotFound):
         uow.tags.all()
 
-    assert len(statements) == 2
-    assert "dms.tenants" in statements[1]
+    assert len(_reads(statements)) == 2
+    assert "dms.tenants" in _reads(statements)[1]
 
 
 def test_a_registered_tenant_missing_a_table_keeps_the_driver_error(
