@@ -11,6 +11,9 @@ from dms.cli.output import add_json_flag, emit_json, tell
 from dms.fleet.interrupts import sigterm_as_interrupt
 from dms.migrations.drift import DriftReport, check_drift
 
+#: Tenants named in the warning about slow searches (``--json`` lists them all).
+_NAMED = 5
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``check`` to ``commands``."""
@@ -49,6 +52,16 @@ def _print(report: DriftReport) -> None:
                 for label, text in (("expected", difference.expected), ("found", difference.found)):
                     if text is not None:
                         print(f"    {label}: {text.replace(chr(31), ' | ')}")
+    if report.searching_slowly:
+        named = ", ".join(repr(t) for t in report.searching_slowly[:_NAMED])
+        more = len(report.searching_slowly) - _NAMED
+        tell(
+            f"{len(report.searching_slowly)} tenant(s) search without their indexes for users: "
+            "their search functions belong to a role held to row-level security (migrate as a "
+            f"superuser or a role with BYPASSRLS; docs/access.md, Searching): {named}"
+            + (f" and {more} more" if more > 0 else ""),
+            level=logging.WARNING,
+        )
     verdict = "no drift" if report.clean else f"{len(report.drifted)} drifted"
     print(
         f"checked {report.checked} tenant(s) against head {report.head} "

@@ -106,6 +106,7 @@ _proc = sa.table(
     sa.column("proname"),
     sa.column("pronamespace"),
     sa.column("prokind"),
+    sa.column("proowner"),
 )
 
 #: The aspects, in the order they are reported.
@@ -311,6 +312,34 @@ def _functions(schemas: Sequence[str]) -> sa.Select[Any]:
         .join_from(_proc, _namespace, _proc.c.pronamespace == _namespace.c.oid)
         .where(_namespace.c.nspname.in_(schemas), _proc.c.prokind.in_(("f", "p")))
     )
+
+
+#: The tenant functions that read under the owner's rights (``SECURITY DEFINER``, revision
+#: 0017): the searches, which serve their indexes only when the owner passes row-level security.
+SEARCH_FUNCTIONS = ("search_visible_parts", "search_visible_titles")
+_roles = sa.table("pg_roles", sa.column("oid"), sa.column("rolsuper"), sa.column("rolbypassrls"))
+
+
+def schemas_searching_slowly(conn: Connection, schemas: Sequence[str]) -> set[str]:
+    """Those of ``schemas`` whose search functions' owner is held to row-level security.
+
+    Their searches return what they should, but a user's rare word or title fragment reads
+    every document instead of an index (docs/access.md, "Searching").
+    """
+    held = ~(_roles.c.rolsuper | _roles.c.rolbypassrls)
+    found: set[str] = set()
+    for start in range(0, len(schemas), SCHEMAS_PER_QUERY):
+        chunk = list(schemas[start : start + SCHEMAS_PER_QUERY])
+        query = (
+            sa.select(_namespace.c.nspname)
+            .select_from(_proc)
+            .join(_namespace, _proc.c.pronamespace == _namespace.c.oid)
+            .join(_roles, _proc.c.proowner == _roles.c.oid)
+            .where(_namespace.c.nspname.in_(chunk), _proc.c.proname.in_(SEARCH_FUNCTIONS), held)
+            .distinct()
+        )
+        found.update(str(schema) for schema in conn.execute(query).scalars())
+    return found
 
 
 def rows(conn: Connection, schema: str) -> tuple[CatalogRow, ...]:

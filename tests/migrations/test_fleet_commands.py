@@ -22,6 +22,7 @@ from dms.errors import MigrationError, NotMigrated, TenantNotFound
 from dms.fleet import Outcome
 from dms.migrations import Scripts
 from dms.migrations.drift import check_drift
+from dms.testing.roles import APPLICATION_ROLE, application_engine
 from dms.users import create_users_stand_in
 from tests.conftest import LONG_TEST_SECONDS
 from tests.migrations.fingerprint import REPO_ROOT, DdlAudit, alembic_env, revisions
@@ -221,6 +222,34 @@ def test_settings_of_the_engine_reach_the_worker_processes(empty_database_url: U
 
 
 # --- drift --------------------------------------------------------------------------------
+
+
+def test_check_warns_of_tenants_whose_searches_cannot_use_their_indexes(
+    at_head: Engine, empty_database_url: URL
+) -> None:
+    """A search function given to an ordinary role is not drift, but it is slow: said so."""
+    provisioning.create_tenants(at_head, ["s_fast", "s_slow"])
+    ordinary = application_engine(at_head, [])  # only the role: no superuser, no BYPASSRLS
+    ordinary.dispose()
+    with at_head.begin() as conn:
+        conn.execute(
+            sa.text(
+                "ALTER FUNCTION tenant_s_slow.search_visible_titles(text) "
+                f"OWNER TO {APPLICATION_ROLE}"
+            )
+        )
+
+    report = check_drift(at_head)
+    done = _dms(empty_database_url, "check")
+    as_json = json.loads(_dms(empty_database_url, "check", "--json").stdout)
+
+    assert report.clean
+    assert report.searching_slowly == ("s_slow",)
+    assert done.returncode == 0
+    assert "1 tenant(s) search without their indexes for users" in done.stderr
+    assert "'s_slow'" in done.stderr
+    assert "s_fast" not in done.stderr
+    assert as_json["searching_slowly"] == ["s_slow"]
 
 
 def test_check_lists_each_drifted_tenant_with_what_differs(
