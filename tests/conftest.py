@@ -187,11 +187,16 @@ def other_tenant(engine: Engine) -> Iterator[str]:
     provisioning.drop_tenant(engine, slug)
 
 
+def new_user(engine: Engine, name: str = "Tester") -> uuid.UUID:
+    """A new user named ``name`` in the stand-in users table (a unique email each time)."""
+    with engine.begin() as conn:
+        return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
+
+
 @pytest.fixture
 def user_id(engine: Engine) -> uuid.UUID:
     """A user in the stand-in users table."""
-    with engine.begin() as conn:
-        return create_user(conn, email=f"{uuid.uuid4().hex}@example.org", display_name="Tester")
+    return new_user(engine)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from dms.errors import NotFound, PermissionDenied, ValidationError
 from dms.schema import tenant as t
 from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
-from dms.users import create_user
+from tests.conftest import new_user
 
 
 @pytest.fixture
@@ -49,15 +49,10 @@ class World:
     private_doc: uuid.UUID
 
 
-def _user(engine: Engine, name: str) -> uuid.UUID:
-    with engine.begin() as conn:
-        return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
-
-
 @pytest.fixture
 def world(engine: Engine, app_engine: Engine, tenant: str) -> World:
     """The folders and documents, made by ``admin``; everyone's root entry removed."""
-    admin, alice, bob = (_user(engine, name) for name in ("admin", "alice", "bob"))
+    admin, alice, bob = (new_user(engine, name) for name in ("admin", "alice", "bob"))
     with UnitOfWork(app_engine, tenant=tenant, user_id=admin) as uow:
         shared = uow.folders.add(name="shared")
         inner = uow.folders.add(name="inner", parent_id=shared.id)
@@ -81,7 +76,7 @@ def _visible(app_engine: Engine, tenant: str, user: uuid.UUID) -> set[uuid.UUID]
 def test_a_tenant_behaves_as_before_until_its_entries_change(
     engine: Engine, app_engine: Engine, tenant: str
 ) -> None:
-    alice, bob = _user(engine, "alice"), _user(engine, "bob")
+    alice, bob = new_user(engine, "alice"), new_user(engine, "bob")
     with UnitOfWork(app_engine, tenant=tenant, user_id=alice) as uow:
         folder = uow.folders.add(name="f")
         document = uow.documents.add(title="d", folder_id=folder.id)

@@ -25,10 +25,11 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.domain import DocumentQuery, NewDocument
 from dms.domain.access import ALL_RIGHTS, Rights
+from dms.repositories import search as search_repository
 from dms.services import tag_documents
 from dms.testing.roles import APPLICATION_ROLE, application_engine
 from dms.uow import UnitOfWork
-from dms.users import create_user
+from tests.conftest import new_user
 
 pytestmark = pytest.mark.plain_only
 
@@ -49,7 +50,7 @@ class Tenant:
 
 @pytest.fixture
 def world(engine: Engine, tenant: str) -> Tenant:
-    admin, alice = (_user(engine, name) for name in ("admin", "alice"))
+    admin, alice = (new_user(engine, name) for name in ("admin", "alice"))
     application = application_engine(engine, [tenant])
     with UnitOfWork(application, tenant=tenant, user_id=admin) as uow:
         seen = uow.folders.add(name="seen")
@@ -73,11 +74,6 @@ def world(engine: Engine, tenant: str) -> Tenant:
         for table in ("documents", "document_search"):
             conn.exec_driver_sql(f"VACUUM ANALYZE {schema}.{table}")
     return Tenant(tenant, alice, seen.id, inner.id, paid.id)
-
-
-def _user(engine: Engine, name: str) -> uuid.UUID:
-    with engine.begin() as conn:
-        return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
 
 
 @contextmanager
@@ -112,19 +108,21 @@ def _as_user_with_plans(engine: Engine, world: Tenant) -> Iterator[tuple[UnitOfW
             driver.remove_notice_handler(collect)
 
 
-def _plan_of(plans: list[str], function: str) -> str:
-    """The plan of the statement inside the tenant's function ``function``."""
+def _found_with_plan(engine: Engine, world: Tenant, query: DocumentQuery, function: str) -> str:
+    """Search as ``alice``: the one document found must be the rare one; return the plan of
+    the statement inside the tenant's function ``function``."""
+    with _as_user_with_plans(engine, world) as (uow, plans):
+        page = uow.documents.search(query)
+
+    assert [d.title for d in page.items] == ["the kalomine invoice"]
     inside = [plan for plan in plans if "FROM document" in plan and function not in plan]
     assert inside, "\n\n".join(plans)
     return "\n\n".join(inside)
 
 
 def test_a_rare_word_is_found_through_the_text_index(engine: Engine, world: Tenant) -> None:
-    with _as_user_with_plans(engine, world) as (uow, plans):
-        page = uow.documents.search(DocumentQuery(text="kalomine"))
+    plan = _found_with_plan(engine, world, DocumentQuery(text="kalomine"), "search_visible_parts")
 
-    assert [d.title for d in page.items] == ["the kalomine invoice"]
-    plan = _plan_of(plans, "search_visible_parts")
     assert "Bitmap Index Scan on ix_document_search_terms_filters" in plan, plan
     assert "Seq Scan on document_search" not in plan, plan
 
@@ -133,22 +131,17 @@ def test_folder_and_tag_filters_are_answered_by_the_text_index(
     engine: Engine, world: Tenant
 ) -> None:
     query = DocumentQuery(text="invoice", folder_id=world.seen, tags_any=frozenset({world.paid}))
-    with _as_user_with_plans(engine, world) as (uow, plans):
-        page = uow.documents.search(query)
+    plan = _found_with_plan(engine, world, query, "search_visible_parts")
 
-    assert [d.title for d in page.items] == ["the kalomine invoice"]
-    plan = _plan_of(plans, "search_visible_parts")
     conditions = [line for line in plan.splitlines() if "Index Cond: ((terms @@" in line]
     assert len(conditions) == 1, plan
     assert all(f in conditions[0] for f in ("terms @@", "filters @>", "filters &&")), plan
 
 
 def test_a_title_fragment_is_found_through_the_trigram_index(engine: Engine, world: Tenant) -> None:
-    with _as_user_with_plans(engine, world) as (uow, plans):
-        page = uow.documents.search(DocumentQuery(title_contains="KALOMIN"))
+    query = DocumentQuery(title_contains="KALOMIN")
+    plan = _found_with_plan(engine, world, query, "search_visible_titles")
 
-    assert [d.title for d in page.items] == ["the kalomine invoice"]
-    plan = _plan_of(plans, "search_visible_titles")
     assert "Bitmap Index Scan on ix_documents_title_trgm" in plan, plan
 
 
@@ -159,11 +152,8 @@ def test_what_the_functions_find_is_only_what_the_user_may_view(
     with _as_user_with_plans(engine, world) as (uow, _plans):
         texts = uow.documents.search(DocumentQuery(text="pile"), limit=1000)
         titles = uow.documents.search(DocumentQuery(title_contains="paper"), limit=1000)
-        direct = uow.connection.execute(
-            sa.select(sa.func.count()).select_from(
-                sa.text(f"\"{tenancy.schema_name(world.name)}\".search_visible_titles('%pile%')")
-            )
-        ).scalar_one()
+        titled = search_repository.titled_like(world.name, "%pile%").subquery()
+        direct = uow.connection.scalar(sa.select(sa.func.count()).select_from(titled))
 
     assert texts.estimated_total == PILE
     assert {d.folder_id for d in texts.items} == {world.inner}
