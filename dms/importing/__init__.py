@@ -6,8 +6,10 @@ same transaction. Resumable, with a policy for names that collide or that the ru
 and a report of everything renamed or skipped. ``docs/import.md`` tells the whole story.
 
 Modules by role: :mod:`.walk` (the source tree), :mod:`.files` (reading a file),
-:mod:`.names` (the naming policy), :mod:`.importer` (batches and their transactions),
-:mod:`.report` (the outcome).
+:mod:`.names` (the naming policy), :mod:`.pipeline` (reading the tree in batches, a stage
+ahead of the database), :mod:`.plan` (what each entry becomes), :mod:`.writes` (a planned
+batch's rows), :mod:`.importer` (the stages run, one transaction per batch), :mod:`.report`
+(the outcome).
 """
 
 from .importer import import_tree
