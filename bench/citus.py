@@ -39,7 +39,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from bench.fleet import _scripts_with_additive_revision
-from dms import DocumentWorker, UnitOfWork, citus, jobs, migrations, placement, provisioning
+from dms import (
+    DocumentWorker,
+    UnitOfWork,
+    WorkerConfig,
+    citus,
+    jobs,
+    migrations,
+    placement,
+    provisioning,
+)
 from dms.db import normalize_url
 from dms.migrations import Scripts
 from dms.testing import temporary_database
@@ -148,7 +157,9 @@ def _processing(engine: Engine, slugs: list[str], result: Engines) -> None:
             ],
         )
     started = time.perf_counter()
-    with DocumentWorker(engine, {kind: handler}, concurrency=CONCURRENCY, poll_seconds=0.05):
+    with DocumentWorker(
+        engine, {kind: handler}, WorkerConfig(concurrency=CONCURRENCY, poll_seconds=0.05)
+    ):
         while _left(engine, kind):
             time.sleep(0.05)
     took = time.perf_counter() - started

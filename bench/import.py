@@ -27,7 +27,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 import dms
-from dms import DocumentWorker, jobs
+from dms import DocumentWorker, WorkerConfig, jobs
 from dms.importing import ImportReport, import_tree
 from dms.importing.files import guess_mime_type
 from dms.jobs import JobState
@@ -140,7 +140,7 @@ def baseline(
 def verify(engine: Engine, tenant: str, store: LocalBlobStore) -> str:
     """Run a worker until the tenant's verification jobs are finished; describe the outcome."""
     started = time.perf_counter()
-    with DocumentWorker(engine, handlers(store), concurrency=4):
+    with DocumentWorker(engine, handlers(store), WorkerConfig(concurrency=4)):
         while True:
             with engine.connect() as conn:
                 stats = jobs.stats(conn, tenant=tenant, kind=VERIFY_REVISION)

@@ -51,7 +51,7 @@ from dms.errors import (
     UsersTableMissing,
     ValidationError,
 )
-from dms.jobs import Job, JobState
+from dms.jobs import Job, JobState, WorkerConfig
 from dms.migrations import downgrade, fleet_status, upgrade
 from dms.placement import move_tenant, tenant_nodes
 from dms.provisioning import create_tenant, create_tenants, drop_tenant, drop_tenants
@@ -102,6 +102,7 @@ __all__ = [
     "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",
+    "WorkerConfig",
     "create_engine",
     "create_tenant",
     "create_tenants",

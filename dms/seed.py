@@ -33,7 +33,7 @@ from dms.domain import (
 from dms.domain.audit import OPERATOR
 from dms.domain.search import MAX_PAGE_SIZE
 from dms.errors import NotFound, TenantExists, ValidationError
-from dms.jobs import JobState
+from dms.jobs import JobState, WorkerConfig
 from dms.processing import (
     INTEGRITY_FIELD,
     define_processing_fields,
@@ -238,7 +238,7 @@ def run_demo(
     migrations.upgrade(engine)
     report = seed(engine, blobs=blobs, settings=settings)
     started = time.monotonic()
-    with DocumentWorker(engine, handlers(blobs), concurrency=concurrency):
+    with DocumentWorker(engine, handlers(blobs), WorkerConfig(concurrency=concurrency)):
         _wait_for_queue(engine, started + timeout_seconds)
     elapsed = time.monotonic() - started
     summary = "\n".join(

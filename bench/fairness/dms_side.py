@@ -114,9 +114,11 @@ def _run(
     with jobs.Worker(
         worker_engine,
         {kind: handle},
-        concurrency=scenario.concurrency,
-        lease=timedelta(minutes=5),
-        **configuration.worker_options,
+        jobs.WorkerConfig(
+            concurrency=scenario.concurrency,
+            lease=timedelta(minutes=5),
+            **configuration.worker_options,
+        ),
     ):
         if with_trickle:
             trickler.start()

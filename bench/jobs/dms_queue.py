@@ -154,7 +154,9 @@ def process(url: URL, probe: Engine, count: int, concurrency: int, ledger: Exact
     def noop(uow: JobUnitOfWork, job: jobs.Job) -> None:
         runs.append(job.id)
 
-    worker = jobs.Worker(engine, {kind: noop}, concurrency=concurrency, lease=_LONG_LEASE)
+    worker = jobs.Worker(
+        engine, {kind: noop}, jobs.WorkerConfig(concurrency=concurrency, lease=_LONG_LEASE)
+    )
     before = len(runs)
     started = time.perf_counter()
     worker.start()
@@ -188,7 +190,9 @@ def latency(
         with lock:
             samples.append((now - sent[job.payload["k"]]) * 1000)
 
-    with jobs.Worker(engine, {kind: note}, concurrency=concurrency, lease=_LONG_LEASE):
+    with jobs.Worker(
+        engine, {kind: note}, jobs.WorkerConfig(concurrency=concurrency, lease=_LONG_LEASE)
+    ):
         time.sleep(0.5)  # idle workers
         interval = 1 / LATENCY_RATE_PER_SECOND
         next_at = time.perf_counter()

@@ -32,7 +32,7 @@ from dms.cli.limits import register as register_limits
 from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.cli.schedules import register as register_schedules
 from dms.health import require_migrated
-from dms.jobs import Job, JobState
+from dms.jobs import Job, JobState, WorkerConfig
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.model import CANCELLABLE_STATES
 from dms.worker import DocumentWorker
@@ -190,10 +190,12 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     worker = DocumentWorker(
         engine,
         app.handlers,
-        schedules=app.schedules,
-        concurrency=args.concurrency,
-        kinds=args.kinds or None,
-        lease=timedelta(seconds=args.lease),
+        WorkerConfig(
+            schedules=app.schedules,
+            concurrency=args.concurrency,
+            kinds=args.kinds or None,
+            lease=timedelta(seconds=args.lease),
+        ),
     )
     if args.metrics_port is not None:
         metrics = metrics_module()

@@ -57,7 +57,7 @@ from dms.jobs.schedules import (
     tick_schedules,
 )
 from dms.jobs.settlement import Completion, complete, complete_many, fail, heartbeat, release
-from dms.jobs.worker import Handler, Worker
+from dms.jobs.worker import Handler, Worker, WorkerConfig
 
 __all__ = [
     "App",
@@ -78,6 +78,7 @@ __all__ = [
     "StateCount",
     "Tick",
     "Worker",
+    "WorkerConfig",
     "cancel",
     "cancel_matching",
     "claim_batch",

@@ -1,7 +1,7 @@
 """An :class:`App`: the job handlers and the periodic jobs that a worker process runs.
 
 ``dms worker --app module:attribute`` loads apps (:mod:`dms.cli.apps`); in code, give a
-worker an app's parts: ``Worker(engine, app.handlers, schedules=app.schedules)``.
+worker an app's parts: ``Worker(engine, app.handlers, WorkerConfig(schedules=app.schedules))``.
 """
 
 from __future__ import annotations

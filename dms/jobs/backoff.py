@@ -11,7 +11,7 @@ deploy), and exponential waits would leave it idle for hours after the cause is 
 keeps a long-failing job from retrying more often than once an hour either way.
 
 A policy can be set per job (``enqueue(..., backoff=...)``, stored with the job) and per kind
-(``Worker(..., backoff={"kind": ...})`` or ``fail(..., backoff=...)``); the job's own wins.
+(``WorkerConfig(backoff={"kind": ...})`` or ``fail(..., backoff=...)``); the job's own wins.
 """
 
 from __future__ import annotations

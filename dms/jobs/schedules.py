@@ -1,7 +1,7 @@
 """Periodic jobs: a :class:`Schedule` enqueues its job at every tick of a cron expression.
 
 Schedules are rows of ``dms.job_schedules``, registered in code (:func:`register_schedules`,
-``Worker(schedules=...)``, ``dms worker --app``) or with ``dms jobs schedule``, and listed by
+``WorkerConfig(schedules=...)``, ``dms worker --app``) or with ``dms jobs schedule``, and listed by
 ``dms jobs schedules``. Every running :class:`~dms.jobs.Worker` ticks them about once a second
 (:func:`tick_schedules`): it locks the due rows with ``FOR UPDATE SKIP LOCKED``, enqueues one job
 per due tick and moves ``next_run_at`` past those ticks in the same transaction. So each tick is

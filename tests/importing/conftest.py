@@ -132,8 +132,7 @@ def run_verifications(engine: Engine, tenant: str, store: BlobStore) -> dict[Job
     with jobs.Worker(
         engine,
         handlers(store),
-        concurrency=2,
-        poll_seconds=0.1,
+        jobs.WorkerConfig(concurrency=2, poll_seconds=0.1),
         unit_of_work=UnitOfWork.factory(engine),
     ):
         for _ in range(600):

@@ -194,8 +194,7 @@ def test_a_worker_on_the_wrong_store_fails_loudly_instead_of_marking_files_missi
     with jobs.Worker(
         engine,
         {VERIFY_REVISION: handlers(wrong)[VERIFY_REVISION]},
-        kinds=[VERIFY_REVISION],
-        poll_seconds=0.05,
+        jobs.WorkerConfig(kinds=[VERIFY_REVISION], poll_seconds=0.05),
         unit_of_work=UnitOfWork.factory(engine),
     ):
         failed = _wait_for_attempts(engine, tenant)

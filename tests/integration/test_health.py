@@ -377,7 +377,7 @@ def test_queued_jobs_of_a_kind_no_running_worker_handles_fail_the_handlers_check
 
 
 def test_a_running_worker_is_live_with_its_kinds_until_it_stops(own_db: Engine, kind: str) -> None:
-    worker = jobs.Worker(own_db, {kind: lambda uow, job: None}, name=f"w-{kind}")
+    worker = jobs.Worker(own_db, {kind: lambda uow, job: None}, jobs.WorkerConfig(name=f"w-{kind}"))
     worker.start()
     try:
         with own_db.connect() as conn:

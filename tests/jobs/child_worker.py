@@ -66,7 +66,9 @@ def serve_effects(url: str, kind: str) -> None:
     """The ``effects`` mode: stats on stdout at SIGTERM, then a graceful stop."""
     engine = sa.create_engine(url, pool_pre_ping=True)
     worker = jobs.Worker(
-        engine, {kind: work}, concurrency=2, lease=timedelta(seconds=1), poll_seconds=0.1
+        engine,
+        {kind: work},
+        jobs.WorkerConfig(concurrency=2, lease=timedelta(seconds=1), poll_seconds=0.1),
     )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
@@ -88,9 +90,7 @@ def main(mode: str, url: str, kind: str) -> None:
     worker = jobs.Worker(
         engine,
         {kind: handler},
-        lease=timedelta(seconds=1),
-        poll_seconds=0.1,
-        grace_seconds=1.0,
+        jobs.WorkerConfig(lease=timedelta(seconds=1), poll_seconds=0.1, grace_seconds=1.0),
     )
     worker.run_until_stopped()
 

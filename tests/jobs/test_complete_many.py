@@ -100,7 +100,9 @@ def test_a_worker_completes_handlers_that_do_not_write_exactly_once_in_batches(
     def noop(uow: object, job: jobs.Job) -> None:
         runs.append((job.id, job.attempts))
 
-    with jobs.Worker(engine, {kind: noop}, concurrency=4, batch_size=16, poll_seconds=0.2):
+    with jobs.Worker(
+        engine, {kind: noop}, jobs.WorkerConfig(concurrency=4, batch_size=16, poll_seconds=0.2)
+    ):
 
         def all_done() -> bool:
             with engine.connect() as conn:

@@ -49,7 +49,7 @@ def test_job_of_a_killed_worker_is_completed_once_by_another(
             sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="survivor")
         )
 
-    with jobs.Worker(engine, {kind: survivor}, poll_seconds=0.1):
+    with jobs.Worker(engine, {kind: survivor}, jobs.WorkerConfig(poll_seconds=0.1)):
         wait_for(lambda: _job(engine, job_id).state is jobs.JobState.DONE, timeout=30)
     done = _job(engine, job_id)
     assert done.attempts == 2

@@ -61,8 +61,7 @@ def work_off(engine: Engine, tenant: str, store: LocalBlobStore, **options: obje
     with Worker(
         engine,
         handlers(store, **options),  # type: ignore[arg-type]
-        concurrency=2,
-        poll_seconds=0.1,
+        jobs.WorkerConfig(concurrency=2, poll_seconds=0.1),
         unit_of_work=UnitOfWork.factory(engine),
     ):
         deadline = time.monotonic() + 60

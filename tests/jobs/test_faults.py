@@ -265,7 +265,9 @@ def test_terminated_connections_lose_and_repeat_no_job(
     worker_engine = fresh_engine(name, pool_pre_ping=True)
     ids = _enqueue(engine, kind, effects, 3000)
     worker = jobs.Worker(
-        worker_engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2
+        worker_engine,
+        {kind: _handler},
+        jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2),
     )
     with _limited(engine, effects, LIMIT) as running, worker:
         with Storm(_terminator(engine, name), every=0.2) as storm:
@@ -312,7 +314,9 @@ def test_server_restarts_lose_and_repeat_no_job(
     with engine.begin() as conn:
         effects_metadata.create_all(tenancy.route(conn, tenant))
     ids = _enqueue(engine, kind, tenant, 2000)
-    worker = jobs.Worker(engine, {kind: _handler}, concurrency=4, lease=LEASE, poll_seconds=0.2)
+    worker = jobs.Worker(
+        engine, {kind: _handler}, jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2)
+    )
     with (
         _ticking(engine, tenant, kind) as ticks,
         _limited(engine, tenant, LIMIT) as running,

@@ -218,7 +218,7 @@ def test_a_worker_keeps_a_limit_and_follows_its_change_without_a_restart(
     def blocked(uow: object, job: jobs.Job) -> None:
         release.wait(timeout=30)
 
-    with jobs.Worker(engine, {kind: blocked}, concurrency=4, poll_seconds=0.1):
+    with jobs.Worker(engine, {kind: blocked}, jobs.WorkerConfig(concurrency=4, poll_seconds=0.1)):
         wait_for(lambda: _running(engine, tenant) == 1)
         time.sleep(0.3)  # several claims come and go: still one
         assert _running(engine, tenant) == 1

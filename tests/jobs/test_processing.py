@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from dms import jobs
 from dms.domain import Document, MetadataField, Revision
 from dms.errors import NotFound, PermanentFailure
-from dms.jobs import JobState, Worker
+from dms.jobs import JobState, Worker, WorkerConfig
 from dms.processing import (
     INTEGRITY_FIELD,
     PREVIEW_CHARS,
@@ -264,8 +264,7 @@ def test_worker_processes_uploads_end_to_end(
     with Worker(
         engine,
         handlers(store),
-        concurrency=2,
-        poll_seconds=0.2,
+        WorkerConfig(concurrency=2, poll_seconds=0.2),
         unit_of_work=UnitOfWork.factory(engine),
     ):
         deadline = time.monotonic() + 60

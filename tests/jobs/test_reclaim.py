@@ -146,7 +146,7 @@ def test_the_worker_reclaims_an_expired_lease_and_completes_the_job(
     def handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
         ran.append(job.attempts)
 
-    with jobs.Worker(engine, {kind: handler}, poll_seconds=0.1):
+    with jobs.Worker(engine, {kind: handler}, jobs.WorkerConfig(poll_seconds=0.1)):
 
         def done() -> bool:
             with engine.connect() as conn:
@@ -188,7 +188,7 @@ def test_claim_batch_takes_queued_jobs_in_queue_order(
 
 def test_prefetch_must_be_a_non_negative_integer(engine: Engine) -> None:
     with pytest.raises(ValidationError):
-        jobs.Worker(engine, {"k": lambda uow, job: None}, prefetch=-1)
+        jobs.Worker(engine, {"k": lambda uow, job: None}, jobs.WorkerConfig(prefetch=-1))
 
 
 def test_a_worker_gives_back_the_jobs_it_runs_but_does_not_hold(

@@ -306,7 +306,9 @@ def test_a_worker_registers_its_schedules_and_runs_their_ticks(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     schedule = _schedule(tenant, kind)
-    worker = jobs.Worker(engine, {kind: _record}, schedules=[schedule], poll_seconds=0.2)
+    worker = jobs.Worker(
+        engine, {kind: _record}, jobs.WorkerConfig(schedules=[schedule], poll_seconds=0.2)
+    )
     worker.start()
     try:
         with engine.connect() as conn:
@@ -322,4 +324,4 @@ def test_a_worker_registers_its_schedules_and_runs_their_ticks(
 
 def test_a_worker_refuses_bad_schedules_before_it_starts(engine: Engine, kind: str) -> None:
     with pytest.raises(ValidationError, match="Schedule values only"):
-        jobs.Worker(engine, {kind: _record}, schedules=["* * * * *"])  # type: ignore[list-item]
+        jobs.Worker(engine, {kind: _record}, jobs.WorkerConfig(schedules=["* * * * *"]))  # type: ignore[list-item]

@@ -15,7 +15,7 @@ from dms import jobs, provisioning, tenancy
 from dms.audit import seal_audit_trail, verify_audit_trail
 from dms.config import Settings, with_settings
 from dms.errors import InvalidTenantName, ValidationError
-from dms.jobs import JobState
+from dms.jobs import JobState, WorkerConfig
 from dms.jobs.tables import processing_jobs
 from dms.processing import handlers
 from dms.repositories.audit import SEAL_BATCH
@@ -97,7 +97,9 @@ def test_a_worker_with_dms_handlers_seals_every_tenant_by_itself(
     _write_events(engine, other_tenant, user_id, count=1)
     every_second = with_settings(engine, Settings(audit_seal_cron="* * * * * *"))
     worker = DocumentWorker(
-        every_second, handlers(LocalBlobStore(tmp_path)), poll_seconds=0.2, listen=False
+        every_second,
+        handlers(LocalBlobStore(tmp_path)),
+        WorkerConfig(poll_seconds=0.2, listen=False),
     )
     worker.start()
     try:
@@ -144,7 +146,9 @@ def test_a_tenant_dropped_between_tick_and_seal_leaves_no_job_behind(
     _sweep(engine, tenant)
     provisioning.drop_tenant(engine, doomed)
     off = with_settings(engine, Settings(audit_seal_cron="off"))
-    worker = DocumentWorker(off, {SEAL_AUDIT_TRAIL: seal_batch}, poll_seconds=0.2, listen=False)
+    worker = DocumentWorker(
+        off, {SEAL_AUDIT_TRAIL: seal_batch}, WorkerConfig(poll_seconds=0.2, listen=False)
+    )
     worker.start()
     try:
         wait_for(lambda: verify_audit_trail(engine, tenant, seal=False).unsealed == 0)
@@ -231,7 +235,7 @@ def test_a_bad_sealing_cron_is_refused_before_the_worker_starts(
     with pytest.raises(ValidationError, match="DMS_AUDIT_SEAL_CRON"):
         check_seal_cron(cron)
     bad = with_settings(engine, Settings(audit_seal_cron=cron))
-    worker = DocumentWorker(bad, handlers(LocalBlobStore(tmp_path)), listen=False)
+    worker = DocumentWorker(bad, handlers(LocalBlobStore(tmp_path)), WorkerConfig(listen=False))
     with pytest.raises(ValidationError, match="DMS_AUDIT_SEAL_CRON"):
         worker.start()
     assert check_seal_cron("off") is None

@@ -94,7 +94,9 @@ def test_a_failure_whose_text_postgresql_refuses_is_recorded_and_no_runner_is_lo
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dms.jobs")
     failing, *others = _enqueue(engine, kind, effects, [{"fail": "yes"}, {}, {}, {}])
-    worker = jobs.Worker(engine, {kind: _fail_with(message)}, concurrency=2, poll_seconds=0.1)
+    worker = jobs.Worker(
+        engine, {kind: _fail_with(message)}, jobs.WorkerConfig(concurrency=2, poll_seconds=0.1)
+    )
     with worker:
         wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
         # A finished job's claim leaves the book just after its commit: wait for the book.
@@ -123,9 +125,7 @@ def test_a_runner_whose_failure_cannot_be_recorded_is_replaced_and_the_job_faile
     worker = jobs.Worker(
         engine,
         {kind: _fail_with("document is locked")},
-        concurrency=2,
-        poll_seconds=0.1,
-        backoff={kind: BrokenBackoff()},
+        jobs.WorkerConfig(concurrency=2, poll_seconds=0.1, backoff={kind: BrokenBackoff()}),
     )
     with worker:
         wait_for(lambda: all(_finished(engine, job_id) for job_id in [failing, *others]))
@@ -150,7 +150,9 @@ def test_a_failed_attempt_is_logged_at_warning_with_job_kind_tenant_and_error(
 ) -> None:
     (job_id,) = _enqueue(engine, kind, effects, [{"fail": "yes"}])
     caplog.set_level(logging.WARNING, logger="dms.jobs")
-    with jobs.Worker(engine, {kind: _fail_with("document is locked")}, poll_seconds=0.1):
+    with jobs.Worker(
+        engine, {kind: _fail_with("document is locked")}, jobs.WorkerConfig(poll_seconds=0.1)
+    ):
         wait_for(lambda: _finished(engine, job_id))
     (record,) = [r for r in caplog.records if "document is locked" in r.getMessage()]
     assert record.levelno == logging.WARNING
@@ -163,7 +165,9 @@ def test_a_failed_attempt_is_logged_at_warning_with_job_kind_tenant_and_error(
 def test_the_worker_stats_are_exported_as_metrics(engine: Engine, effects: str, kind: str) -> None:
     ids = _enqueue(engine, kind, effects, [{}, {}, {"fail": "yes"}])
     worker = jobs.Worker(
-        engine, {kind: _fail_with("nope")}, concurrency=3, poll_seconds=0.1, name="w-metrics"
+        engine,
+        {kind: _fail_with("nope")},
+        jobs.WorkerConfig(concurrency=3, poll_seconds=0.1, name="w-metrics"),
     )
     with worker:
         wait_for(lambda: all(_finished(engine, job_id) for job_id in ids))
@@ -200,7 +204,9 @@ def test_jobs_claimed_ahead_are_released_at_once_when_the_worker_stops(
                 _eventually(lambda: count_jobs(conn, kind, "running") == 1, seconds=10)
             )
 
-    worker = jobs.Worker(engine, {kind: slow}, poll_seconds=0.1, prefetch=10, grace_seconds=30)
+    worker = jobs.Worker(
+        engine, {kind: slow}, jobs.WorkerConfig(poll_seconds=0.1, prefetch=10, grace_seconds=30)
+    )
     with worker:
         # Held alone is not enough: all five can be held before the runner starts the first,
         # and a stop then releases them all with no handler left to watch.
@@ -250,7 +256,9 @@ def test_jobs_of_a_claim_whose_reply_was_lost_are_released_not_held(
     lost = _losing_first_claim(monkeypatch)
     # A lease longer than the wait: only a release, not its expiry, can finish the jobs.
     worker = jobs.Worker(
-        engine, {kind: _record_effect}, concurrency=2, poll_seconds=0.1, lease=timedelta(hours=1)
+        engine,
+        {kind: _record_effect},
+        jobs.WorkerConfig(concurrency=2, poll_seconds=0.1, lease=timedelta(hours=1)),
     )
     with worker:
         wait_for(lambda: all(_finished(engine, job_id) for job_id in ids))

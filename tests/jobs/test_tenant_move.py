@@ -112,7 +112,7 @@ def test_a_tenant_moves_while_its_jobs_run_and_its_users_write(
     to = _other_node(engine, tenant)
     writer = _Writer(engine, tenant, user_id, kind)
 
-    with jobs.Worker(engine, {kind: _record}, concurrency=2, poll_seconds=0.1):
+    with jobs.Worker(engine, {kind: _record}, jobs.WorkerConfig(concurrency=2, poll_seconds=0.1)):
         writer.start()
         wait_for(lambda: len(writer.committed) >= 2 * WRITES_PER_ROUND)
         _move(engine, tenant, to)

@@ -62,7 +62,9 @@ def test_worker_commits_the_handlers_writes_with_the_completion(
     engine: Engine, effects: str, kind: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, count=20)
-    with jobs.Worker(engine, {kind: record_effect}, concurrency=3, poll_seconds=0.2):
+    with jobs.Worker(
+        engine, {kind: record_effect}, jobs.WorkerConfig(concurrency=3, poll_seconds=0.2)
+    ):
         wait_for(_all_done(engine, kind, 20))
     for job_id in ids:
         assert count_effects(engine, effects, job_id) == 1
@@ -86,7 +88,7 @@ def test_without_a_factory_handlers_get_their_layers_unit_of_work(
         seen.append(uow)
         record_effect(uow, job)
 
-    with worker_class(engine, {kind: handler}, poll_seconds=0.1):
+    with worker_class(engine, {kind: handler}, jobs.WorkerConfig(poll_seconds=0.1)):
         wait_for(_all_done(engine, kind, 1))
     assert [type(unit) for unit in seen] == [unit_class]
     assert getattr(seen[0], "tenant", None) == effects
@@ -103,7 +105,9 @@ def test_a_failing_handler_is_retried_with_its_traceback_recorded(
         if job.attempts == 1:
             raise ValueError("document is locked")
 
-    worker = jobs.Worker(engine, {kind: flaky}, poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    worker = jobs.Worker(
+        engine, {kind: flaky}, jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    )
     with worker:
         wait_for(_all_done(engine, kind, 1))
     job = _state_of(engine, job_id)
@@ -124,7 +128,9 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
         record_effect(uow, job)
         raise dms.errors.PermanentFailure("the file is encrypted")
 
-    worker = jobs.Worker(engine, {kind: hopeless}, poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    worker = jobs.Worker(
+        engine, {kind: hopeless}, jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY})
+    )
     with worker:
         wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
     job = _state_of(engine, job_id)
@@ -145,12 +151,12 @@ def test_a_kind_without_handler_is_refused_and_its_jobs_wait_for_a_worker_that_h
     (job_id,) = _enqueue(engine, unknown, tenant)
 
     with pytest.raises(ValidationError, match=rf"no handler for job kind\(s\) {unknown} "):
-        jobs.Worker(engine, {kind: _nothing}, kinds=[kind, unknown])
-    with jobs.Worker(engine, {kind: _nothing}, poll_seconds=0.05):
+        jobs.Worker(engine, {kind: _nothing}, jobs.WorkerConfig(kinds=[kind, unknown]))
+    with jobs.Worker(engine, {kind: _nothing}, jobs.WorkerConfig(poll_seconds=0.05)):
         (handled,) = _enqueue(engine, kind, tenant)  # after the unknown one: claimed past it
         wait_for(lambda: _state_of(engine, handled).state is jobs.JobState.DONE)
     waiting = _state_of(engine, job_id)
-    with jobs.Worker(engine, {unknown: _nothing}, poll_seconds=0.05):
+    with jobs.Worker(engine, {unknown: _nothing}, jobs.WorkerConfig(poll_seconds=0.05)):
         wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DONE)
 
     assert (waiting.state, waiting.attempts) == (jobs.JobState.QUEUED, 0)
@@ -159,13 +165,13 @@ def test_a_kind_without_handler_is_refused_and_its_jobs_wait_for_a_worker_that_h
 def test_bad_worker_settings_are_refused() -> None:
     engine = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
     with pytest.raises(ValidationError):
-        jobs.Worker(engine, {"k": record_effect}, concurrency=0)
+        jobs.Worker(engine, {"k": record_effect}, jobs.WorkerConfig(concurrency=0))
     with pytest.raises(ValidationError):
         jobs.Worker(engine, {})
     with pytest.raises(ValidationError):
-        jobs.Worker(engine, {"k": record_effect}, lease=timedelta(0))
+        jobs.Worker(engine, {"k": record_effect}, jobs.WorkerConfig(lease=timedelta(0)))
     with pytest.raises(ValidationError):
-        jobs.Worker(engine, {"k": record_effect}, lease=MAX_LEASE * 2)
+        jobs.Worker(engine, {"k": record_effect}, jobs.WorkerConfig(lease=MAX_LEASE * 2))
     engine.dispose()
 
 
@@ -196,7 +202,7 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll(
     own = sa.create_engine(database_url, poolclass=sa.NullPool)
     claims = _Claims(own)
     try:
-        with jobs.Worker(own, {kind: record_effect}, poll_seconds=120):
+        with jobs.Worker(own, {kind: record_effect}, jobs.WorkerConfig(poll_seconds=120)):
             # Idle, observed: it has claimed and found nothing, and sleeps until its poll.
             wait_for(lambda: claims.idle_for(0.5), timeout=30)
             (job_id,) = _enqueue(own, kind, effects)
@@ -228,7 +234,9 @@ def test_polling_works_without_listen(
     engine: Engine, effects: str, kind: str, listen: bool
 ) -> None:
     before = _listening(engine)
-    with jobs.Worker(engine, {kind: record_effect}, poll_seconds=0.1, listen=listen):
+    with jobs.Worker(
+        engine, {kind: record_effect}, jobs.WorkerConfig(poll_seconds=0.1, listen=listen)
+    ):
         _enqueue(engine, kind, effects, count=3)
         wait_for(_all_done(engine, kind, 3))
         listening = _listening(engine) - before
@@ -253,7 +261,9 @@ def test_stop_finishes_short_jobs_and_releases_the_rest(
             record_effect(uow, job)
 
     slow, fast = _enqueue(engine, kind, effects, count=2)
-    worker = jobs.Worker(engine, {kind: handler}, concurrency=2, poll_seconds=0.1)
+    worker = jobs.Worker(
+        engine, {kind: handler}, jobs.WorkerConfig(concurrency=2, poll_seconds=0.1)
+    )
     worker.start()
     wait_for(lambda: len(worker.running_jobs) == 2)
     worker.stop(grace_seconds=2.0)
@@ -288,7 +298,9 @@ def test_a_worker_whose_connections_are_terminated_keeps_going(
     )
     killed = 0
     worker = jobs.Worker(
-        worker_engine, {kind: handler}, concurrency=2, poll_seconds=0.2, backoff={kind: FAST_RETRY}
+        worker_engine,
+        {kind: handler},
+        jobs.WorkerConfig(concurrency=2, poll_seconds=0.2, backoff={kind: FAST_RETRY}),
     )
     with worker:
         for _ in range(4):
@@ -318,8 +330,12 @@ def test_workers_of_slow_jobs_share_them_instead_of_one_claiming_them_all(
         time.sleep(0.05)
 
     total = 120
-    first = jobs.Worker(engine, {kind: slow}, concurrency=2, prefetch=1000, poll_seconds=0.2)
-    second = jobs.Worker(engine, {kind: slow}, concurrency=2, prefetch=1000, poll_seconds=0.2)
+    first = jobs.Worker(
+        engine, {kind: slow}, jobs.WorkerConfig(concurrency=2, prefetch=1000, poll_seconds=0.2)
+    )
+    second = jobs.Worker(
+        engine, {kind: slow}, jobs.WorkerConfig(concurrency=2, prefetch=1000, poll_seconds=0.2)
+    )
     with first, second:
         _enqueue(engine, kind, tenant, count=total)
         wait_for(_all_done(engine, kind, total))
@@ -346,7 +362,7 @@ def test_a_worker_of_fast_jobs_claims_in_large_batches(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     _enqueue(engine, kind, tenant, count=3000)
-    with jobs.Worker(engine, {kind: lambda uow, job: None}, concurrency=4):
+    with jobs.Worker(engine, {kind: lambda uow, job: None}, jobs.WorkerConfig(concurrency=4)):
         wait_for(_all_done(engine, kind, 3000))
     # One claim per job at the start, growing as the pace is measured: far fewer than 3,000.
     assert _claims_of(engine, kind) < 100
@@ -357,6 +373,8 @@ def test_the_claim_count_sees_every_claim_of_a_worker_claiming_one_at_a_time(
 ) -> None:
     """Control of the test above: with batches of one job, one claim per job is counted."""
     _enqueue(engine, kind, tenant, count=200)
-    with jobs.Worker(engine, {kind: lambda uow, job: None}, concurrency=4, batch_size=1):
+    with jobs.Worker(
+        engine, {kind: lambda uow, job: None}, jobs.WorkerConfig(concurrency=4, batch_size=1)
+    ):
         wait_for(_all_done(engine, kind, 200))
     assert _claims_of(engine, kind) >= 190  # two claims might share a microsecond, no more

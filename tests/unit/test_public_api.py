@@ -51,6 +51,7 @@ EXPECTED = [
     "UnitOfWork",
     "UsersTableMissing",
     "ValidationError",
+    "WorkerConfig",
     "create_engine",
     "create_tenant",
     "create_tenants",

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import dms
 from dms import processing
 from dms.errors import ValidationError
-from dms.jobs import App, Backoff, Job, Worker
+from dms.jobs import App, Backoff, Job, Worker, WorkerConfig
 from dms.jobs.worker import JobUnitOfWork
 from dms.jobs.worker import _arguments as arguments
 from dms.storage import LocalBlobStore
@@ -60,8 +60,14 @@ HOSTILE_VALUES: list[tuple[str, object]] = [
 @pytest.mark.parametrize(("argument", "value"), HOSTILE_VALUES)
 def test_a_hostile_argument_is_refused(argument: str, value: object) -> None:
     options: dict[str, Any] = {argument: value}
+
+    def make() -> object:
+        if argument == "unit_of_work":  # the worker's own; the rest are its config's
+            return Worker(NOWHERE, {"k": _noop}, **options)
+        return Worker(NOWHERE, {"k": _noop}, WorkerConfig(**options))
+
     with pytest.raises(ValidationError):
-        Worker(NOWHERE, {"k": _noop}, **options)
+        make()
 
 
 @pytest.mark.parametrize("kind", [*HOSTILE_TEXT, 5])
@@ -93,13 +99,15 @@ def test_sensible_arguments_are_kept() -> None:
     worker = Worker(
         NOWHERE,
         {"k": _noop, "other": _noop, "unclaimed": _noop},
-        concurrency=8,
-        kinds=["k", "other", "k"],
-        lease=timedelta(seconds=1),
-        poll_seconds=0.1,
-        grace_seconds=0,
-        name="host:1:é",
-        listen=False,
+        WorkerConfig(
+            concurrency=8,
+            kinds=["k", "other", "k"],
+            lease=timedelta(seconds=1),
+            poll_seconds=0.1,
+            grace_seconds=0,
+            name="host:1:é",
+            listen=False,
+        ),
     )
     assert worker.name == "host:1:é"
     assert worker.stats().runners == 8
@@ -107,7 +115,7 @@ def test_sensible_arguments_are_kept() -> None:
 
 def test_kinds_without_handlers_are_refused_by_name() -> None:
     with pytest.raises(ValidationError, match=r"no handler for job kind\(s\) a, b \(handlers: k\)"):
-        Worker(NOWHERE, {"k": _noop}, kinds=["k", "b", "a"])
+        Worker(NOWHERE, {"k": _noop}, WorkerConfig(kinds=["k", "b", "a"]))
 
 
 _text = st.one_of(st.text(), st.sampled_from(HOSTILE_TEXT))
@@ -137,7 +145,7 @@ _anything = st.one_of(
 def test_any_arguments_make_a_worker_or_a_validation_error(**options: Any) -> None:
     """Never another exception, and no SQL (the engine's server does not exist)."""
     try:
-        worker = Worker(NOWHERE, {"k": _noop}, listen=False, **options)
+        worker = Worker(NOWHERE, {"k": _noop}, WorkerConfig(listen=False, **options))
     except ValidationError:  # a DmsError (ValidationError's parent): nothing else may escape
         return
     if options["name"] is not None:

@@ -2,7 +2,7 @@
 
 ::
 
-    worker = Worker(engine, handlers={"revision.checksum": verify_checksum}, concurrency=4)
+    worker = Worker(engine, {"revision.checksum": verify_checksum}, WorkerConfig(concurrency=4))
     worker.run_until_stopped()        # blocks; SIGTERM or SIGINT stop it gracefully
 
 The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws them):
@@ -26,8 +26,8 @@ The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws the
   with its traceback, counted (:mod:`.stats`), salvages the job it held, and is replaced.
 
 The parts' modules (and :mod:`._arguments`, :mod:`._session`) start with an underscore: they are
-internal. The package's API is what it exports: :class:`Worker`, the unit-of-work protocol and
-factory (:mod:`.unit`) and :class:`WorkerStats`.
+internal. The package's API is what it exports: :class:`Worker`, its :class:`WorkerConfig`
+(:mod:`.config`), the unit-of-work protocol and factory (:mod:`.unit`) and :class:`WorkerStats`.
 
 Database errors in the worker's own statements (a connection killed by
 ``pg_terminate_backend``, a failover) are logged and retried with a fresh pooled connection.
@@ -36,9 +36,10 @@ before use.
 """
 
 from dms.jobs.worker._runner import Handler
+from dms.jobs.worker.config import BATCH_SIZE, GRACE_SECONDS, POLL_SECONDS, PREFETCH, WorkerConfig
 from dms.jobs.worker.stats import WorkerStats
 from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
-from dms.jobs.worker.worker import BATCH_SIZE, GRACE_SECONDS, POLL_SECONDS, PREFETCH, Worker
+from dms.jobs.worker.worker import Worker
 
 __all__ = [
     "BATCH_SIZE",
@@ -50,5 +51,6 @@ __all__ = [
     "TenantTransaction",
     "UnitOfWorkFactory",
     "Worker",
+    "WorkerConfig",
     "WorkerStats",
 ]

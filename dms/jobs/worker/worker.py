@@ -10,22 +10,18 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import FrameType
 from typing import ClassVar, Generic, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import Connection, Engine
 
-from dms.domain.validation import check_flag
 from dms.errors import ValidationError
-from dms.jobs.backoff import Backoff
-from dms.jobs.claims import LEASE_SECONDS
 from dms.jobs.model import Job
 from dms.jobs.presence import withdraw
-from dms.jobs.schedules import Schedule, register_schedules, require_schedules
+from dms.jobs.schedules import register_schedules
 from dms.jobs.worker import _arguments as arguments
 from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._claimer import Claimer
@@ -36,6 +32,7 @@ from dms.jobs.worker._settler import Settler
 from dms.jobs.worker._supervisor import RUNNER, Part, Supervisor
 from dms.jobs.worker._ticker import Ticker
 from dms.jobs.worker._wakeup import Listener, Wakeup, listen_url
+from dms.jobs.worker.config import WorkerConfig
 from dms.jobs.worker.stats import Tally, WorkerStats
 from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
 
@@ -43,93 +40,51 @@ log = logging.getLogger(__name__)
 
 U = TypeVar("U", bound=JobUnitOfWork)
 
-#: Seconds an idle claimer waits for a notification before it polls the queue anyway.
-POLL_SECONDS = 2.0
-#: Seconds that running jobs get to finish after a stop before they are released.
-GRACE_SECONDS = 30.0
-#: Most jobs claimed by one statement, and completed by one statement, by default.
-BATCH_SIZE = 500
-#: Most jobs a worker claims ahead of its runner threads, by default (see :mod:`._window`).
-PREFETCH = 1000
 #: Claimer threads, each with its own connection: while one claim waits for PostgreSQL, the
 #: other's rows are decoded (bench/README.md).
 CLAIMERS = 2
 
 
 class Worker(Generic[U]):
-    """``concurrency`` runner threads that claim jobs of ``kinds`` and run their handlers.
+    """Runner threads that claim jobs and run their ``handlers``, configured by ``config``.
 
-    ``kinds`` defaults to the kinds of ``handlers``; a subset of them narrows what the worker
-    claims, and a kind without a handler is refused here (the worker would only send its jobs
-    to the dead letter). A job whose kind no running worker handles waits, queued, for one.
-    ``backoff`` sets retry policies per kind (a job's own policy still wins).
+    ``handlers`` map job kinds to ``handler(unit, job)``; ``config`` says how the worker runs
+    (:class:`~dms.jobs.WorkerConfig`: threads, kinds, lease, polling, batches, schedules;
+    default: ``WorkerConfig()``). The config's ``kinds`` default to the kinds of ``handlers``;
+    a kind without a handler is refused here (the worker would only send its jobs to the dead
+    letter). A job whose kind no running worker handles waits, queued, for one.
     ``unit_of_work``: makes the unit of work each handler runs in, ``unit_of_work(tenant=...)``
     (default: :meth:`default_unit_of_work`, a :class:`~dms.jobs.worker.TenantTransaction`
-    here; ``dms.DocumentWorker`` runs handlers in the tenant ``UnitOfWork`` with its repositories).
-    ``prefetch``: most jobs claimed ahead of the runners (default :data:`PREFETCH`). Within
-    it, the worker claims ahead what its runners finish in a few claim round trips at their
-    current pace, and at least one job per runner (:mod:`._window`): many short jobs get
-    large claims, long jobs are not hoarded. ``batch_size``: most jobs per claim or
-    completion statement. ``schedules``: periodic jobs (:class:`~dms.jobs.Schedule`) that
-    :meth:`start` registers; every worker ticks every registered schedule, whoever registered
-    it. Every argument is checked here, before any SQL (:class:`~dms.errors.ValidationError`;
-    limits in :mod:`._arguments`).
+    here; ``dms.DocumentWorker`` runs handlers in the tenant ``UnitOfWork`` with its
+    repositories). Everything is checked here, before any SQL
+    (:class:`~dms.errors.ValidationError`).
     """
 
     def __init__(
         self,
         engine: Engine,
         handlers: Mapping[str, Handler[U]],
+        config: WorkerConfig | None = None,
         *,
-        concurrency: int = 1,
-        kinds: Collection[str] | None = None,
-        lease: timedelta = timedelta(seconds=LEASE_SECONDS),
-        poll_seconds: float = POLL_SECONDS,
-        grace_seconds: float = GRACE_SECONDS,
-        backoff: Mapping[str, Backoff] | None = None,
-        listen: bool = True,
-        listen_url: str | URL | None = None,
-        name: str | None = None,
-        batch_size: int = BATCH_SIZE,
-        prefetch: int = PREFETCH,
         unit_of_work: UnitOfWorkFactory[U] | None = None,
-        schedules: Collection[Schedule] = (),
     ) -> None:
-        """Check every argument and configure the worker; nothing runs before :meth:`start`."""
+        """Check the arguments and configure the worker; nothing runs before :meth:`start`."""
         if not isinstance(engine, Engine):
             raise ValidationError(f"engine must be a SQLAlchemy Engine, not {engine!r}")
+        if config is None:
+            config = WorkerConfig()
+        elif not isinstance(config, WorkerConfig):
+            raise ValidationError(f"config must be a WorkerConfig, not {config!r}")
+        self.config = config
         self._handlers = cast(dict[str, Handler[U]], arguments.handlers(handlers))
-        self._concurrency = arguments.count(
-            "concurrency", concurrency, minimum=1, maximum=arguments.MAX_CONCURRENCY
-        )
-        self._kinds = arguments.kinds(self._handlers if kinds is None else kinds)
-        if not self._kinds:
-            raise ValidationError("the worker has no kinds to work: give handlers or kinds")
-        unhandled = sorted(set(self._kinds) - set(self._handlers))
-        if unhandled:
-            raise ValidationError(
-                f"no handler for job kind(s) {', '.join(unhandled)} "
-                f"(handlers: {', '.join(sorted(self._handlers)) or 'none'})"
-            )
-        self._lease = arguments.lease(lease)
-        self._poll_seconds = arguments.seconds("poll_seconds", poll_seconds, positive=True)
-        self._grace_seconds = arguments.seconds("grace_seconds", grace_seconds, positive=False)
-        self._backoff = arguments.backoffs(backoff)
-        self._batch_size = arguments.count(
-            "batch_size", batch_size, minimum=1, maximum=arguments.MAX_BATCH_SIZE
-        )
-        self._prefetch = arguments.count(
-            "prefetch", prefetch, minimum=0, maximum=arguments.MAX_PREFETCH
-        )
+        self._kinds = arguments.kinds(self._handlers if config.kinds is None else config.kinds)
+        self._check_kinds()
         if unit_of_work is not None and not callable(unit_of_work):
             raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
         if unit_of_work is None:  # what a given factory makes is known only when it runs
             arguments.handlers_fit(self._handlers, self.unit_type)
-        self._listen_url = (
-            listen_url_of(engine, listen_url) if check_flag("listen", listen) else None
-        )
-        self.name = arguments.name("name", name if name is not None else _default_name())
-        self._schedules = require_schedules(schedules)
+        self._listen_url = listen_url(engine, config.listen_url) if config.listen else None
+        self.name = config.name if config.name is not None else _default_name()
         self._engine = engine
         self._unit_of_work = unit_of_work or self.default_unit_of_work(engine)
         self._stopping = threading.Event()
@@ -138,19 +93,23 @@ class Worker(Generic[U]):
         # Leases are renewed until the stop has released what the worker held: a handler in
         # its grace period keeps its lease.
         self._renewals_end = threading.Event()
-        self._tally = Tally(self._concurrency)
+        self._tally = Tally(config.concurrency)
         self._wakeup = Wakeup(self._stopping)
         self._book = ClaimBook(
-            runners=self._concurrency,
-            prefetch=self._prefetch,
-            batch_size=self._batch_size,
+            runners=config.concurrency,
+            prefetch=config.prefetch,
+            batch_size=config.batch_size,
             now=time.monotonic(),
             on_free=self._wakeup.wake_if_limited,
         )
         self._ready: queue.SimpleQueue[Claim] = queue.SimpleQueue()
         self._acks: queue.SimpleQueue[Claim] = queue.SimpleQueue()
         self._settler = Settler(
-            engine, book=self._book, tally=self._tally, worker=self.name, backoff=self._backoff
+            engine,
+            book=self._book,
+            tally=self._tally,
+            worker=self.name,
+            backoff=dict(config.backoff or {}),
         )
         self._supervisor = Supervisor(
             name=self.name,
@@ -159,6 +118,16 @@ class Worker(Generic[U]):
             runner_lost=self._release_ready,
         )
         self._started = False
+
+    def _check_kinds(self) -> None:
+        if not self._kinds:
+            raise ValidationError("the worker has no kinds to work: give handlers or kinds")
+        unhandled = sorted(set(self._kinds) - set(self._handlers))
+        if unhandled:
+            raise ValidationError(
+                f"no handler for job kind(s) {', '.join(unhandled)} "
+                f"(handlers: {', '.join(sorted(self._handlers)) or 'none'})"
+            )
 
     #: What :meth:`default_unit_of_work` gives each handler: a handler annotated with another
     #: class is refused when the worker is made (:func:`._arguments.handlers_fit`).
@@ -192,13 +161,13 @@ class Worker(Generic[U]):
             self._engine,
             worker_id=self.name,
             kinds=self._kinds,
-            lease=self._lease,
+            lease=self.config.lease,
             ready=self._ready,
             book=self._book,
             tally=self._tally,
             wakeup=self._wakeup,
             stopping=self._stopping,
-            poll_seconds=self._poll_seconds,
+            poll_seconds=self.config.poll_seconds,
         )
 
     def _completer(self) -> Part:
@@ -208,7 +177,7 @@ class Worker(Generic[U]):
             acks=self._acks,
             book=self._book,
             tally=self._tally,
-            batch_size=self._batch_size,
+            batch_size=self.config.batch_size,
             runners_done=self._runners_done,
         )
 
@@ -218,7 +187,7 @@ class Worker(Generic[U]):
             name=self.name,
             book=self._book,
             tally=self._tally,
-            lease=self._lease,
+            lease=self.config.lease,
             stopping=self._renewals_end,
         )
 
@@ -250,7 +219,7 @@ class Worker(Generic[U]):
             name=self.name,
             wakeup=self._wakeup,
             stopping=self._stopping,
-            poll_seconds=self._poll_seconds,
+            poll_seconds=self.config.poll_seconds,
         )
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -262,11 +231,11 @@ class Worker(Generic[U]):
         """
         if self._started:
             raise ValidationError("this worker was already started")
-        if self._schedules:
+        if self.config.schedules:
             with self._engine.begin() as conn:
-                register_schedules(conn, self._schedules)
+                register_schedules(conn, self.config.schedules)
         self._started = True
-        for _ in range(self._concurrency):
+        for _ in range(self.config.concurrency):
             self._supervisor.start(RUNNER, self._runner)
         self._supervisor.start("completer", self._completer)
         for _ in range(CLAIMERS):
@@ -282,7 +251,7 @@ class Worker(Generic[U]):
         A released job goes back to ``queued`` without an attempt penalty; if its handler
         finishes later anyway, its completion raises ``LeaseLost`` and its writes roll back.
         """
-        grace = self._grace_seconds if grace_seconds is None else grace_seconds
+        grace = self.config.grace_seconds if grace_seconds is None else grace_seconds
         self._stopping.set()
         self._stop_requested.set()
         self._wakeup.wake()
@@ -290,7 +259,7 @@ class Worker(Generic[U]):
         deadline = time.monotonic() + grace
         # A claim under way when the stop came is handed out before the claimers end: it is
         # then held, and released below with the rest.
-        self._supervisor.join("claimer", timeout=self._poll_seconds + 1.0)
+        self._supervisor.join("claimer", timeout=self.config.poll_seconds + 1.0)
         self._release_ready()
         self._supervisor.join(RUNNER, timeout=max(0.0, deadline - time.monotonic()))
         # Finished jobs waiting for their batched completion are completed before the rest
@@ -300,7 +269,9 @@ class Worker(Generic[U]):
         for claim in self._book.take_all():
             self._settler.release(claim)
         self._renewals_end.set()
-        self._supervisor.join("renewer", "ticker", "listener", timeout=self._poll_seconds + 1.0)
+        self._supervisor.join(
+            "renewer", "ticker", "listener", timeout=self.config.poll_seconds + 1.0
+        )
         self._withdraw()
 
     def _withdraw(self) -> None:
@@ -384,13 +355,6 @@ class Worker(Generic[U]):
     def stats(self) -> WorkerStats:
         """The worker's counters now: runners alive and replaced, parts restarted, outcomes."""
         return self._tally.snapshot(held=self._book.held())
-
-
-def listen_url_of(engine: Engine, url: str | URL | None) -> str:
-    """The libpq URL a worker LISTENs on: ``url``, or the engine's."""
-    if url is not None and not isinstance(url, str | URL):
-        raise ValidationError(f"listen_url must be a URL, not {url!r}")
-    return listen_url(engine, url)
 
 
 def _default_name() -> str:
