@@ -95,6 +95,20 @@ def test_an_engine_is_required() -> None:
         Worker("postgresql://x", {"k": _noop})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("config", [{"concurrency": 2}, 2, "concurrency=2"])
+def test_a_config_must_be_a_worker_config(config: Any) -> None:
+    with pytest.raises(ValidationError, match="config must be a WorkerConfig"):
+        Worker(NOWHERE, {"k": _noop}, config)
+
+
+def test_one_config_serves_several_workers_each_under_its_own_name() -> None:
+    config = WorkerConfig(concurrency=2, kinds=["k", "k"], listen=False)
+    first, second = (Worker(NOWHERE, {"k": _noop}, config) for _ in range(2))
+    assert config.kinds == ("k",)
+    assert first.config is second.config is config
+    assert first.name != second.name
+
+
 def test_sensible_arguments_are_kept() -> None:
     worker = Worker(
         NOWHERE,
