@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from dms import migrations, provisioning, tenancy
-from dms.config import settings_of
+from dms.config import Settings, settings_of, with_settings
 from dms.errors import AlreadyExists, TenantExists
 from dms.fleet import Outcome
 from dms.migrations import Scripts
@@ -57,7 +57,11 @@ def test_tenants_created_in_bulk_equal_one_migrated_step_by_step(at_head: Engine
     _step_by_step(at_head, "stepwise")
     reference = fingerprint(at_head, "tenant_stepwise")
 
-    report = provisioning.create_tenants(at_head, BULK, jobs=2)
+    # Two at once, and time to wait for each other: on Citus, creations at once wait for the
+    # other's transaction from their first CREATE FUNCTION on (docs/scaling.md), and on a loaded
+    # machine one creation took more than the default lock timeout of 5 s.
+    patient = with_settings(at_head, Settings(lock_timeout_ms=120_000))
+    report = provisioning.create_tenants(patient, BULK, jobs=2)
 
     # The errors are compared too, so that a failure shows why a tenant was not created.
     assert [(r.tenant, r.outcome, r.to_revision, r.error) for r in report.tenants] == [
