@@ -13,7 +13,7 @@ from dms.audit import (
     verify_audit_trail,
 )
 from dms.config import Settings
-from dms.db import create_engine
+from dms.db import create_async_engine, create_engine
 from dms.domain import (
     Cursor,
     Document,
@@ -103,6 +103,7 @@ __all__ = [
     "UsersTableMissing",
     "ValidationError",
     "WorkerConfig",
+    "create_async_engine",
     "create_engine",
     "create_tenant",
     "create_tenants",

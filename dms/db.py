@@ -11,17 +11,21 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from dms import embedded, tenancy
 from dms.config import Settings, with_settings
 from dms.errors import ConfigurationError, DatabaseUnreachable
 
 _DRIVER = "postgresql+psycopg"
+#: psycopg 3's asyncio driver, for :func:`create_async_engine`.
+ASYNC_DRIVER = "postgresql+psycopg_async"
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 
 
 def normalize_url(url: str | URL) -> URL:
-    """Parse ``url`` and make sure it names the psycopg 3 driver.
+    """Parse ``url`` and make sure it names the psycopg 3 driver (the synchronous one).
 
     ``postgresql://`` alone would make SQLAlchemy look for psycopg2, which ``dms`` does not use;
     ``postgres://`` (what Heroku, libpq and many hosting panels write) is the same database.
@@ -58,11 +62,49 @@ def create_engine(
     served :data:`~dms.tenancy.TENANTS_PER_CONNECTION` tenants (its server-side caches grow
     with every tenant it touches).
     """
+    if url is not None and _is_async(url):
+        raise ConfigurationError(
+            f"{_shown(url)} names an asyncio driver: use dms.create_async_engine for it "
+            "(dms.create_engine makes a synchronous engine)"
+        )
     settings = settings or Settings.from_env()
     engine = sa.create_engine(database_url(url, settings=settings), **kwargs)
+    return _prepared(engine, settings)
+
+
+def create_async_engine(
+    url: str | URL | None = None, *, settings: Settings | None = None, **kwargs: Any
+) -> AsyncEngine:
+    """An asyncio engine (psycopg 3's ``AsyncConnection``) for :class:`dms.aio.AsyncUnitOfWork`.
+
+    As :func:`create_engine` in everything else: the database is ``url`` (``postgresql://``,
+    ``postgresql+psycopg://`` or ``postgresql+psycopg_async://``), ``DMS_DATABASE_URL`` or the
+    embedded server (started here, before the event loop needs the engine: a blocking call,
+    once); the settings travel with it; a failure to connect raises
+    :class:`~dms.errors.DatabaseUnreachable`. Extra keyword arguments go to SQLAlchemy's
+    ``create_async_engine``.
+    """
+    settings = settings or Settings.from_env()
+    parsed = database_url(url, settings=settings).set(drivername=ASYNC_DRIVER)
+    engine = sa_create_async_engine(parsed, **kwargs)
+    return AsyncEngine(_prepared(engine.sync_engine, settings))
+
+
+def _prepared(engine: Engine, settings: Settings) -> Engine:
     tenancy.limit_tenants_per_connection(engine)
     sa.event.listen(engine, "handle_error", _unreachable)
     return with_settings(engine, settings)
+
+
+def _is_async(url: str | URL) -> bool:
+    try:
+        return make_url(url).get_driver_name() == "psycopg_async"
+    except sa.exc.ArgumentError:
+        return False  # normalize_url says what is wrong with it
+
+
+def _shown(url: str | URL) -> str:
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _unreachable(context: sa.engine.ExceptionContext) -> BaseException | None:

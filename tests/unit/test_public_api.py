@@ -52,6 +52,7 @@ EXPECTED = [
     "UsersTableMissing",
     "ValidationError",
     "WorkerConfig",
+    "create_async_engine",
     "create_engine",
     "create_tenant",
     "create_tenants",

@@ -1,0 +1,174 @@
+"""The asyncio unit of work: :class:`dms.uow.UnitOfWork`, run in SQLAlchemy's greenlet bridge.
+
+An :class:`AsyncUnitOfWork` holds a synchronous unit of work on the async engine's
+``sync_engine`` and runs each call in a greenlet (:func:`sqlalchemy.util.greenlet_spawn`), the
+way ``AsyncSession`` runs ``Session``: inside it, every statement goes to psycopg's
+``AsyncConnection`` and its I/O is awaited by the event loop, no thread involved. The rules,
+the statements, the routing to the tenant (``schema_translate_map``, no session state) and the
+errors are the synchronous ones, because they are the same code.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
+
+from dms.config import Settings
+from dms.domain.validation import shown
+from dms.errors import ValidationError
+from dms.repositories._base import Repository
+from dms.uow import UnitOfWork
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def repository_kinds() -> dict[str, type[Repository]]:
+    """The repositories a :class:`~dms.uow.UnitOfWork` hands out, by attribute name.
+
+    Read from the unit of work itself (its properties that return a repository), so that an
+    async twin exists for every repository the synchronous side has, and only for those.
+    """
+    kinds: dict[str, type[Repository]] = {}
+    for name, member in vars(UnitOfWork).items():
+        if isinstance(member, property) and member.fget is not None:
+            returned = inspect.signature(member.fget, eval_str=True).return_annotation
+            if isinstance(returned, type) and issubclass(returned, Repository):
+                kinds[name] = returned
+    return kinds
+
+
+class AsyncUnitOfWork:
+    """A tenant-routed transaction for asyncio code; rolled back unless :meth:`commit` is awaited.
+
+    ::
+
+        async with AsyncUnitOfWork(engine, tenant="acme", user_id=alice) as uow:
+            doc = await uow.documents.add(title="March.pdf")  # every repository, awaited
+            await create_document(uow, title="Offer.pdf")     # dms.aio.services
+            await jobs.enqueue(uow, "report.make", {...}, tenant="acme")
+            await uow.commit()
+
+    Arguments as :class:`dms.uow.UnitOfWork` (checked when it is made, before any I/O), with an
+    engine of :func:`dms.create_async_engine`. :meth:`run` runs any synchronous function of the
+    unit of work (a use case of the application's own, say) the same way.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        tenant: str,
+        user_id: uuid.UUID | None = None,
+        system: str | None = None,
+        context: Mapping[str, object] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        """Prepare the unit of work; nothing touches the database before ``async with``."""
+        if not isinstance(engine, AsyncEngine):
+            raise ValidationError(
+                f"engine must be an AsyncEngine (dms.create_async_engine), not {shown(engine)}"
+            )
+        self.sync = UnitOfWork(
+            engine.sync_engine,
+            tenant=tenant,
+            user_id=user_id,
+            system=system,
+            context=context,
+            settings=settings,
+        )
+        """The synchronous unit of work underneath; use it only inside :meth:`run`."""
+        self.tenant = self.sync.tenant
+        self.user_id = self.sync.user_id
+
+    async def __aenter__(self) -> AsyncUnitOfWork:
+        """Begin: take a connection, route it to the tenant, name who acts."""
+        await greenlet_spawn(self.sync.__enter__)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Roll back whatever was not committed, and give the connection back."""
+        await greenlet_spawn(self.sync.__exit__, exc_type, exc, traceback)
+
+    async def commit(self) -> None:
+        """Commit everything done in the unit of work (:meth:`dms.uow.UnitOfWork.commit`)."""
+        await greenlet_spawn(self.sync.commit)
+
+    async def rollback(self) -> None:
+        """Throw away everything done in the unit of work."""
+        await greenlet_spawn(self.sync.rollback)
+
+    async def run(
+        self, function: Callable[Concatenate[UnitOfWork, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``function(unit_of_work, *args, **kwargs)`` on the synchronous unit of work, awaited."""
+        return await greenlet_spawn(functools.partial(function, self.sync, *args, **kwargs))
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """Run a block in a savepoint: an error inside it undoes only the block."""
+        block = self.sync.savepoint()
+        await greenlet_spawn(block.__enter__)
+        try:
+            yield
+        except BaseException:
+            if not await greenlet_spawn(block.__exit__, *sys.exc_info()):
+                raise
+        else:
+            await greenlet_spawn(block.__exit__, None, None, None)
+
+    def __getattr__(self, name: str) -> AsyncRepository:
+        """The awaitable twin of the repository ``name`` (``documents``, ``folders``, ...)."""
+        kind = _REPOSITORIES.get(name)
+        if kind is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return AsyncRepository(self, name, kind)
+
+
+class AsyncRepository:
+    """Every public method of a repository, with its signature, as a coroutine function."""
+
+    def __init__(self, uow: AsyncUnitOfWork, name: str, kind: type[Repository]) -> None:
+        """The repository ``uow.sync.<name>``, of class ``kind``."""
+        self._uow, self._name, self._kind = uow, name, kind
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        """``method`` of the repository, awaited; its signature is the synchronous one's."""
+        function = getattr(self._kind, method, None)
+        if method.startswith("_") or not inspect.isfunction(function):
+            raise AttributeError(f"{self._kind.__name__} has no public method {method!r}")
+        uow, name = self._uow, self._name
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            # The repository is taken inside the greenlet: a lazy unit opens its connection.
+            return getattr(getattr(uow.sync, name), method)(*args, **kwargs)
+
+        @functools.wraps(function)
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            return await greenlet_spawn(functools.partial(call, *args, **kwargs))
+
+        awaited.__signature__ = _bound_signature(function)  # type: ignore[attr-defined]
+        return awaited
+
+
+def _bound_signature(function: Callable[..., Any]) -> inspect.Signature:
+    """``function``'s signature without ``self``, as it reads on an instance."""
+    signature = inspect.signature(function)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+_REPOSITORIES = repository_kinds()

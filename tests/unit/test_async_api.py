@@ -1,0 +1,135 @@
+"""The asyncio API has the synchronous API's signatures, name for name (no database).
+
+dms.aio runs the synchronous code in SQLAlchemy's greenlet bridge; these tests fail when a
+repository method, a use case or an enqueue function has no awaitable twin, or a twin whose
+parameters differ from the synchronous one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import dms
+from dms import aio, jobs, services
+from dms.aio.uow import repository_kinds
+from dms.errors import ConfigurationError, ValidationError
+from dms.uow import UnitOfWork
+
+NOWHERE = create_async_engine("postgresql+psycopg_async://nobody@127.0.0.1:1/none")
+
+
+def _public_methods(kind: type) -> list[str]:
+    return sorted(
+        name
+        for name, member in vars(kind).items()
+        if not name.startswith("_") and inspect.isfunction(member)
+    )
+
+
+def _without_first(function: Any) -> inspect.Signature:
+    signature = inspect.signature(function)
+    return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+def test_every_repository_of_the_unit_of_work_has_a_twin() -> None:
+    kinds = repository_kinds()
+    properties = [
+        name
+        for name, member in vars(UnitOfWork).items()
+        if isinstance(member, property) and name not in ("opened", "connection")
+    ]
+    assert sorted(kinds) == sorted(properties)
+    assert len(kinds) >= 10
+
+
+@pytest.mark.parametrize(("name", "kind"), sorted(repository_kinds().items()))
+def test_each_repository_method_is_awaitable_with_the_same_signature(name: str, kind: type) -> None:
+    uow = aio.AsyncUnitOfWork(NOWHERE, tenant="acme")
+    twin = getattr(uow, name)
+    methods = _public_methods(kind)
+    assert methods, kind
+    for method in methods:
+        awaited = getattr(twin, method)
+        assert inspect.iscoroutinefunction(awaited), method
+        assert inspect.signature(awaited) == _without_first(getattr(kind, method)), method
+
+
+def test_every_use_case_of_a_unit_of_work_is_awaitable_with_the_same_signature() -> None:
+    takes_a_unit = [
+        name
+        for name in services.__all__
+        if inspect.isfunction(getattr(services, name))
+        and next(iter(inspect.signature(getattr(services, name)).parameters)) == "uow"
+    ]
+    assert len(takes_a_unit) >= 10
+    for name in takes_a_unit:
+        twin = getattr(aio.services, name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert _without_first(twin) == _without_first(getattr(services, name)), name
+    assert sorted(set(aio.services.__all__) - {"awaited"}) == sorted(takes_a_unit)
+
+
+@pytest.mark.parametrize("name", ["enqueue", "enqueue_many"])
+def test_enqueue_is_awaitable_with_the_same_signature(name: str) -> None:
+    twin = getattr(aio.jobs, name)
+    assert inspect.iscoroutinefunction(twin)
+    assert _without_first(twin) == _without_first(getattr(jobs, name))
+
+
+def test_a_name_that_is_no_repository_or_method_is_an_attribute_error() -> None:
+    uow = aio.AsyncUnitOfWork(NOWHERE, tenant="acme")
+    with pytest.raises(AttributeError):
+        uow.nothing  # noqa: B018
+    with pytest.raises(AttributeError):
+        uow.documents._execute  # noqa: B018
+    with pytest.raises(AttributeError):
+        uow.documents.nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"tenant": "Not A Slug"}, {"tenant": "acme", "user_id": "alice"}, {"tenant": 5}],
+)
+def test_bad_arguments_are_refused_before_any_io(options: dict[str, Any]) -> None:
+    with pytest.raises(dms.DmsError):
+        aio.AsyncUnitOfWork(NOWHERE, **options)
+
+
+def test_a_sync_engine_is_refused() -> None:
+    with pytest.raises(ValidationError, match="AsyncEngine"):
+        aio.AsyncUnitOfWork(sa.create_engine("postgresql+psycopg://x@127.0.0.1:1/n"), tenant="a")  # type: ignore[arg-type]
+
+
+def test_create_engine_refuses_an_asyncio_url_instead_of_making_it_synchronous() -> None:
+    with pytest.raises(ConfigurationError, match="create_async_engine"):
+        dms.create_engine("postgresql+psycopg_async://nobody:secret@127.0.0.1:1/none")
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u@127.0.0.1:1/d", "postgresql+psycopg_async://u@127.0.0.1:1/d"]
+)
+def test_create_async_engine_takes_either_url(url: str) -> None:
+    engine = dms.create_async_engine(url)
+    assert engine.url.drivername == "postgresql+psycopg_async"
+    assert engine.url.database == "d"
+
+
+async def _enqueue_on_nothing() -> None:
+    await aio.jobs.enqueue("a connection", "k", {}, tenant="acme")  # type: ignore[arg-type]
+
+
+def test_enqueue_refuses_what_is_no_async_unit_or_connection() -> None:
+    with pytest.raises(ValidationError, match="AsyncUnitOfWork or an AsyncConnection"):
+        asyncio.run(_enqueue_on_nothing())
+
+
+def test_ids_are_checked_as_on_the_synchronous_side() -> None:
+    with pytest.raises(ValidationError):
+        aio.AsyncUnitOfWork(NOWHERE, tenant="acme", user_id=uuid.uuid4(), system="worker")
