@@ -21,6 +21,6 @@ signatures (``tests/unit/test_async_api.py``).
 """
 
 from . import jobs, services
-from .uow import AsyncRepository, AsyncUnitOfWork
+from .uow import AsyncRepositoryProxy, AsyncUnitOfWork
 
-__all__ = ["AsyncRepository", "AsyncUnitOfWork", "jobs", "services"]
+__all__ = ["AsyncRepositoryProxy", "AsyncUnitOfWork", "jobs", "services"]

@@ -131,15 +131,15 @@ class AsyncUnitOfWork:
         else:
             await greenlet_spawn(block.__exit__, None, None, None)
 
-    def __getattr__(self, name: str) -> AsyncRepository:
+    def __getattr__(self, name: str) -> AsyncRepositoryProxy:
         """The awaitable twin of the repository ``name`` (``documents``, ``folders``, ...)."""
         kind = _REPOSITORIES.get(name)
         if kind is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return AsyncRepository(self, name, kind)
+        return AsyncRepositoryProxy(self, name, kind)
 
 
-class AsyncRepository:
+class AsyncRepositoryProxy:
     """Every public method of a repository, with its signature, as a coroutine function."""
 
     def __init__(self, uow: AsyncUnitOfWork, name: str, kind: type[Repository]) -> None:
