@@ -136,7 +136,9 @@ class AsyncUnitOfWork:
         kind = _REPOSITORIES.get(name)
         if kind is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return AsyncRepositoryProxy(self, name, kind)
+        proxy = AsyncRepositoryProxy(self, name, kind)
+        setattr(self, name, proxy)  # made once: later lookups find it without __getattr__
+        return proxy
 
 
 class AsyncRepositoryProxy:
@@ -162,9 +164,11 @@ class AsyncRepositoryProxy:
             return await greenlet_spawn(functools.partial(call, *args, **kwargs))
 
         awaited.__signature__ = _bound_signature(function)  # type: ignore[attr-defined]
+        setattr(self, method, awaited)  # made once per unit of work, as the proxy
         return awaited
 
 
+@functools.cache
 def _bound_signature(function: Callable[..., Any]) -> inspect.Signature:
     """``function``'s signature without ``self``, as it reads on an instance."""
     signature = inspect.signature(function)
