@@ -53,6 +53,10 @@ _TITLE_KEY = sa.func.lower(_d.c.title)
 _LIKE_ESCAPE = "\\"
 _ID_ARRAY = ARRAY(sa.Uuid)
 COLUMNS = tuple(_d.c)
+#: A document by id, built once: building a select of every column per call (each column
+#: coerced, the statement's cache key computed again) cost more than the server's answer.
+_BY_ID = sa.select(*COLUMNS).where(_d.c.id == sa.bindparam("document_id"))
+_LIVE_BY_ID = _BY_ID.where(_d.c.deleted_at.is_(None))
 
 
 def document(row: Row[Any]) -> Document:
@@ -112,10 +116,8 @@ class DocumentRepository(Repository):
         """Return the document, or raise :class:`NotFound` (also for a deleted one by default)."""
         check_id("document", document_id)
         check_flag("include_deleted", include_deleted)
-        query = sa.select(*COLUMNS).where(_d.c.id == document_id)
-        if not include_deleted:
-            query = query.where(_d.c.deleted_at.is_(None))
-        row = self._execute(query).one_or_none()
+        query = _BY_ID if include_deleted else _LIVE_BY_ID
+        row = self._execute(query, {"document_id": document_id}).one_or_none()
         if row is None:
             raise NotFound(f"document {document_id} does not exist")
         return document(row)

@@ -34,6 +34,14 @@ from .errors import translated
 
 _r = t.file_revisions
 COLUMNS = tuple(_r.c)
+#: A revision by id, and a document's revisions in order, built once (as documents'
+#: ``_BY_ID``: a select built per call cost more than the server's answer).
+_BY_ID = sa.select(*COLUMNS).where(_r.c.id == sa.bindparam("revision_id"))
+_HISTORY = (
+    sa.select(*COLUMNS)
+    .where(_r.c.document_id == sa.bindparam("document_id"))
+    .order_by(_r.c.revision_no)
+)
 
 
 def revision(row: Row[Any]) -> Revision:
@@ -88,7 +96,7 @@ class RevisionRepository(Repository):
     def get(self, revision_id: uuid.UUID) -> Revision:
         """Return the revision, or raise :class:`NotFound`."""
         check_id("revision", revision_id)
-        row = self._execute(sa.select(*COLUMNS).where(_r.c.id == revision_id)).one_or_none()
+        row = self._execute(_BY_ID, {"revision_id": revision_id}).one_or_none()
         if row is None:
             raise NotFound(f"revision {revision_id} does not exist")
         return revision(row)
@@ -111,9 +119,7 @@ class RevisionRepository(Repository):
     def history(self, document_id: uuid.UUID) -> list[Revision]:
         """Return the document's revisions, oldest (number 1) first."""
         check_id("document", document_id)
-        rows = self._execute(
-            sa.select(*COLUMNS).where(_r.c.document_id == document_id).order_by(_r.c.revision_no)
-        )
+        rows = self._execute(_HISTORY, {"document_id": document_id})
         return [revision(row) for row in rows]
 
     def current(self, document_id: uuid.UUID) -> Revision | None:
