@@ -174,6 +174,23 @@ def allow_tenant_triggers(conn: Connection) -> None:
         _set_local(conn, "citus.enable_unsafe_triggers", "on")
 
 
+#: The advisory lock that tenant creations on Citus queue for (:func:`queue_for_creation`).
+_CREATION_LOCK = "dms.tenant-creation"
+
+
+def queue_for_creation(conn: Connection) -> None:
+    """Wait, without a lock timeout, for the tenant creations in flight (no-op off Citus).
+
+    On Citus a creation's first ``CREATE FUNCTION`` waits for the transaction of another
+    creation in flight (seen, not documented by Citus): creations at once are nearly serial
+    there anyway, and the one that waits can reach the lock timeout of its transaction (after
+    the default 5 s on a loaded machine). Called before the timeout is set, this makes them
+    queue for each other instead, whole.
+    """
+    if is_citus(conn):
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(_CREATION_LOCK))))
+
+
 def keep_schema_local(conn: Connection) -> None:
     """Create schemas as plain schemas for the rest of this transaction (the shared schema)."""
     if is_citus(conn):

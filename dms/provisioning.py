@@ -89,6 +89,7 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
     with engine.begin() as conn:
         if check_users:
             require_users_table(conn, settings)
+        citus.queue_for_creation(conn)  # before the lock timeout: docs/scaling.md says why
         tenancy.set_lock_timeout(conn, settings)
         tenancy.note_served(conn, slug)
         tenant = tenancy.register(conn, slug)
