@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import dms
-from dms import jobs, provisioning
+from dms import jobs
 from dms.aio import AsyncUnitOfWork, services
 from dms.aio import jobs as async_jobs
 from dms.errors import NotFound, ValidationError
@@ -51,14 +51,6 @@ def _jobs_of(engine: Engine, tenant: str) -> list[str]:
 def _titles(engine: Engine, tenant: str) -> list[str]:
     with UnitOfWork(engine, tenant=tenant) as uow:
         return sorted(d.title for d in uow.documents.search(dms.DocumentQuery()).items)
-
-
-@pytest.fixture
-def second_tenant(engine: Engine) -> Iterator[str]:
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
 
 
 def test_a_document_its_revision_and_its_job_commit_together(
@@ -120,7 +112,7 @@ def test_enqueue_on_the_applications_own_connection_follows_its_transaction(
 
 
 def test_concurrent_units_of_work_see_only_their_own_tenant(
-    engine: Engine, database_url: URL, tenant: str, second_tenant: str, user_id: uuid.UUID
+    engine: Engine, database_url: URL, tenant: str, other_tenant: str, user_id: uuid.UUID
 ) -> None:
     async def write_and_read(aengine: AsyncEngine, slug: str, n: int) -> list[str]:
         async with AsyncUnitOfWork(aengine, tenant=slug, user_id=user_id) as uow:
@@ -133,7 +125,7 @@ def test_concurrent_units_of_work_see_only_their_own_tenant(
 
     async def many(aengine: AsyncEngine) -> list[list[str]]:
         tasks = [
-            write_and_read(aengine, slug, n) for n in range(10) for slug in (tenant, second_tenant)
+            write_and_read(aengine, slug, n) for n in range(10) for slug in (tenant, other_tenant)
         ]
         return list(await asyncio.gather(*tasks))
 
@@ -142,7 +134,7 @@ def test_concurrent_units_of_work_see_only_their_own_tenant(
         owners = {title.split()[0] for title in titles}
         assert len(owners) == 1, titles
     assert _titles(engine, tenant) == sorted(f"{tenant} {n}" for n in range(10))
-    assert _titles(engine, second_tenant) == sorted(f"{second_tenant} {n}" for n in range(10))
+    assert _titles(engine, other_tenant) == sorted(f"{other_tenant} {n}" for n in range(10))
 
 
 def test_errors_are_the_synchronous_sides_and_change_nothing(
