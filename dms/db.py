@@ -15,13 +15,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from dms import embedded, tenancy
-from dms.config import Settings, with_settings
+from dms.config import Settings, settings_of, with_settings
 from dms.errors import ConfigurationError, DatabaseUnreachable
 
 _DRIVER = "postgresql+psycopg"
 #: psycopg 3's asyncio driver, for :func:`create_async_engine`.
 ASYNC_DRIVER = "postgresql+psycopg_async"
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
+#: The execution option under which an engine of :func:`create_engine` keeps its
+#: ``connect_args``, for the asyncio engine made like it (:func:`async_engine_like`).
+_CONNECT_ARGS_OPTION = "dms_connect_args"
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -69,7 +72,8 @@ def create_engine(
         )
     settings = settings or Settings.from_env()
     engine = sa.create_engine(database_url(url, settings=settings), **kwargs)
-    return _prepared(engine, settings)
+    connect_args = dict(kwargs.get("connect_args") or {})
+    return _prepared(engine, settings).execution_options(**{_CONNECT_ARGS_OPTION: connect_args})
 
 
 def create_async_engine(
@@ -88,6 +92,19 @@ def create_async_engine(
     parsed = database_url(url, settings=settings).set(drivername=ASYNC_DRIVER)
     engine = sa_create_async_engine(parsed, **kwargs)
     return AsyncEngine(_prepared(engine.sync_engine, settings))
+
+
+def async_engine_like(engine: Engine, **kwargs: Any) -> AsyncEngine:
+    """An asyncio engine to ``engine``'s database, with its settings and its ``connect_args``.
+
+    The connection arguments are known for engines of :func:`create_engine` (behind PgBouncer,
+    ``prepare_threshold=None`` then carries over); an engine made otherwise passes none. Extra
+    keyword arguments go to SQLAlchemy's ``create_async_engine`` (pool size, say).
+    """
+    connect_args = engine.get_execution_options().get(_CONNECT_ARGS_OPTION) or {}
+    return create_async_engine(
+        engine.url, settings=settings_of(engine), connect_args=dict(connect_args), **kwargs
+    )
 
 
 def _prepared(engine: Engine, settings: Settings) -> Engine:

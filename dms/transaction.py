@@ -8,26 +8,42 @@ repositories, and who acts) and, as it is, a job worker's default unit of work
 (:class:`dms.jobs.worker.TenantTransaction`, re-exported there: ``dms.jobs`` sits below the
 repositories, this module below both). One implementation, so that the two cannot drift apart
 in how they end.
+
+:class:`AsyncTenantTransaction` is the same unit for asyncio code: it holds a synchronous one
+on an async engine's ``sync_engine`` and runs each call in SQLAlchemy's greenlet bridge
+(:func:`sqlalchemy.util.greenlet_spawn`, as ``AsyncSession`` runs ``Session``), so that the
+statements go to psycopg's ``AsyncConnection`` and the event loop awaits them.
+:class:`dms.aio.AsyncUnitOfWork` is it over a :class:`dms.uow.UnitOfWork`, and an async job
+handler's default unit of work is it as it is.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from psycopg import pq
 from sqlalchemy.engine import Connection, Engine, Transaction
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from dms import tenancy
 from dms.config import Settings, settings_of
 from dms.domain.validation import shown
-from dms.errors import ConfigurationError, DmsError, TransactionFailed
+from dms.errors import ConfigurationError, DmsError, TransactionFailed, ValidationError
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T", bound="TenantTransaction")
+_S = TypeVar("_S", bound="TenantTransaction")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_A = TypeVar("_A", bound="AsyncTenantTransaction[Any]")
 
 
 class TenantTransaction:
@@ -159,6 +175,87 @@ class TenantTransaction:
 
     def _ended(self) -> None:
         """What a subclass lets go of when the unit ends (the unit of work, its repositories)."""
+
+
+class AsyncTenantTransaction(Generic[_S]):
+    """A :class:`TenantTransaction` for asyncio code, rolled back unless :meth:`commit` is awaited.
+
+    ``async with`` it; :meth:`run` runs a synchronous function of the unit underneath
+    (:attr:`sync`: its connection, its repositories) in the greenlet bridge, awaited.
+    """
+
+    def __init__(self, unit: _S) -> None:
+        """Bridge ``unit``, a synchronous unit on an async engine's ``sync_engine``."""
+        self.sync = unit
+        """The synchronous unit underneath; use it only inside :meth:`run`."""
+        self.tenant = unit.tenant
+
+    @classmethod
+    def factory(
+        cls, engine: AsyncEngine, *, settings: Settings | None = None
+    ) -> Callable[..., AsyncTenantTransaction[TenantTransaction]]:
+        """Make lazy units of ``engine`` by tenant, ``make(tenant=...)``: an async job's unit."""
+        make_sync = TenantTransaction.factory(synchronous(engine), settings=settings)
+
+        def make(*, tenant: str) -> AsyncTenantTransaction[TenantTransaction]:
+            return AsyncTenantTransaction(make_sync(tenant=tenant))
+
+        return make
+
+    @property
+    def opened(self) -> bool:
+        """Whether the unit's connection was opened (a lazy unit opens it at first use)."""
+        return self.sync.opened
+
+    async def __aenter__(self: _A) -> _A:
+        """Begin: take a connection (or, lazy, at first use) and route it to the tenant."""
+        await greenlet_spawn(self.sync.__enter__)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Roll back whatever was not committed, and give the connection back."""
+        await greenlet_spawn(self.sync.__exit__, exc_type, exc, traceback)
+
+    async def commit(self) -> None:
+        """Commit everything done in the unit (:meth:`TenantTransaction.commit`)."""
+        await greenlet_spawn(self.sync.commit)
+
+    async def rollback(self) -> None:
+        """Throw away everything done in the unit."""
+        await greenlet_spawn(self.sync.rollback)
+
+    async def run(
+        self, function: Callable[Concatenate[_S, _P], _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R:
+        """``function(unit, *args, **kwargs)`` on the synchronous unit, awaited."""
+        return await greenlet_spawn(functools.partial(function, self.sync, *args, **kwargs))
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[None]:
+        """Run a block in a savepoint: an error inside it undoes only the block."""
+        # The connection is taken inside the bridge: a lazy unit connects at its first use.
+        block = await greenlet_spawn(lambda: self.sync.connection.begin_nested())  # noqa: PLW0108
+        try:
+            yield
+        except BaseException:
+            await greenlet_spawn(block.__exit__, *sys.exc_info())  # rolls back to the savepoint
+            raise
+        else:
+            await greenlet_spawn(block.__exit__, None, None, None)
+
+
+def synchronous(engine: object) -> Engine:
+    """The synchronous engine inside the async ``engine``, which is refused if it is not one."""
+    if not isinstance(engine, AsyncEngine):
+        raise ValidationError(
+            f"engine must be an AsyncEngine (dms.create_async_engine), not {shown(engine)}"
+        )
+    return engine.sync_engine
 
 
 def _failed(conn: Connection) -> bool:

@@ -13,10 +13,13 @@ trail is then sealed without an outside cron.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from dms import jobs
+from dms.aio.uow import AsyncUnitOfWork
 from dms.config import settings_of
 from dms.jobs.worker import UnitOfWorkFactory
 from dms.sealing import (
@@ -33,7 +36,9 @@ class DocumentWorker(jobs.Worker[UnitOfWork]):
 
     ``handler(uow, job)`` reads and writes through ``uow.documents``, ``uow.metadata`` and
     the rest; the worker commits the unit when the handler returns, rolls it back when it
-    raises. Arguments as :class:`dms.jobs.Worker`.
+    raises. An ``async def`` handler gets a :class:`~dms.aio.AsyncUnitOfWork` instead
+    (``await uow.documents.get(...)``), many of them in flight on one event loop. Arguments as
+    :class:`dms.jobs.Worker`.
 
     If it claims ``audit.sweep`` jobs, it registers their schedule with the cron
     ``DMS_AUDIT_SEAL_CRON`` of the engine's settings (at its first tick, replacing another
@@ -43,6 +48,7 @@ class DocumentWorker(jobs.Worker[UnitOfWork]):
     """
 
     unit_type = UnitOfWork
+    async_unit_type = AsyncUnitOfWork
     _seal_cron: str | None = None
     _sealing_checked: float | None = None
 
@@ -50,6 +56,11 @@ class DocumentWorker(jobs.Worker[UnitOfWork]):
     def default_unit_of_work(cls, engine: Engine) -> UnitOfWorkFactory[UnitOfWork]:
         """Lazy tenant units of work of ``engine``, settings resolved once."""
         return UnitOfWork.factory(engine)
+
+    @classmethod
+    def default_async_unit_of_work(cls, engine: AsyncEngine) -> UnitOfWorkFactory[Any]:
+        """Lazy :class:`~dms.aio.AsyncUnitOfWork` of ``engine`` for ``async def`` handlers."""
+        return AsyncUnitOfWork.factory(engine)
 
     def start(self) -> None:
         """Read the sealing cron (refused if bad, before anything runs), then start."""

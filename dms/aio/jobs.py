@@ -2,8 +2,10 @@
 
 :func:`enqueue` and :func:`enqueue_many` are :func:`dms.jobs.enqueue` and
 :func:`dms.jobs.enqueue_many`, awaited on an :class:`~dms.aio.AsyncUnitOfWork` (the job commits
-with the documents, or neither does) or on an ``AsyncConnection`` of the application's own
-(in whatever transaction it has begun: procrastinate and pgqueuer offer no such thing).
+with the documents, or neither does), on an async job handler's unit
+(:class:`~dms.transaction.AsyncTenantTransaction`) or on an ``AsyncConnection`` of the
+application's own (in whatever transaction it has begun: procrastinate and pgqueuer offer no
+such thing).
 """
 
 from __future__ import annotations
@@ -18,14 +20,13 @@ from dms import jobs
 from dms.domain.validation import shown
 from dms.errors import ValidationError
 from dms.jobs.executor import Executor
-
-from .uow import AsyncUnitOfWork
+from dms.transaction import AsyncTenantTransaction
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 #: Where a job can be enqueued from asyncio code.
-AsyncExecutor = AsyncUnitOfWork | AsyncConnection
+AsyncExecutor = AsyncTenantTransaction[Any] | AsyncConnection
 
 
 def awaited(
@@ -35,7 +36,7 @@ def awaited(
 
     @functools.wraps(call)
     async def run(target: AsyncExecutor, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        if isinstance(target, AsyncUnitOfWork):
+        if isinstance(target, AsyncTenantTransaction):
             return await target.run(call, *args, **kwargs)
         if isinstance(target, AsyncConnection):
             return await target.run_sync(call, *args, **kwargs)

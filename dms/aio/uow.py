@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from dms.config import Settings
-from dms.domain.validation import shown
-from dms.errors import ValidationError
+from dms.config import Settings, settings_of
+from dms.domain.audit import WORKER, actor_setting
 from dms.repositories._base import Repository
+from dms.transaction import AsyncTenantTransaction, synchronous
 from dms.uow import UnitOfWork
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 def repository_kinds() -> dict[str, type[Repository]]:
@@ -47,7 +41,7 @@ def repository_kinds() -> dict[str, type[Repository]]:
     return kinds
 
 
-class AsyncUnitOfWork:
+class AsyncUnitOfWork(AsyncTenantTransaction[UnitOfWork]):
     """A tenant-routed transaction for asyncio code; rolled back unless :meth:`commit` is awaited.
 
     ::
@@ -60,7 +54,8 @@ class AsyncUnitOfWork:
 
     Arguments as :class:`dms.uow.UnitOfWork` (checked when it is made, before any I/O), with an
     engine of :func:`dms.create_async_engine`. :meth:`run` runs any synchronous function of the
-    unit of work (a use case of the application's own, say) the same way.
+    unit of work (a use case of the application's own, say) the same way; the rest (commit,
+    rollback, savepoints) is :class:`~dms.transaction.AsyncTenantTransaction`'s.
     """
 
     def __init__(
@@ -72,64 +67,37 @@ class AsyncUnitOfWork:
         system: str | None = None,
         context: Mapping[str, object] | None = None,
         settings: Settings | None = None,
+        lazy: bool = False,
     ) -> None:
         """Prepare the unit of work; nothing touches the database before ``async with``."""
-        if not isinstance(engine, AsyncEngine):
-            raise ValidationError(
-                f"engine must be an AsyncEngine (dms.create_async_engine), not {shown(engine)}"
+        super().__init__(
+            UnitOfWork(
+                synchronous(engine),
+                tenant=tenant,
+                user_id=user_id,
+                system=system,
+                context=context,
+                settings=settings,
+                lazy=lazy,
             )
-        self.sync = UnitOfWork(
-            engine.sync_engine,
-            tenant=tenant,
-            user_id=user_id,
-            system=system,
-            context=context,
-            settings=settings,
         )
-        """The synchronous unit of work underneath; use it only inside :meth:`run`."""
-        self.tenant = self.sync.tenant
         self.user_id = self.sync.user_id
 
-    async def __aenter__(self) -> AsyncUnitOfWork:
-        """Begin: take a connection, route it to the tenant, name who acts."""
-        await greenlet_spawn(self.sync.__enter__)
-        return self
+    @classmethod
+    def factory(  # type: ignore[override]
+        cls, engine: AsyncEngine, *, settings: Settings | None = None, system: str = WORKER
+    ) -> Callable[..., AsyncUnitOfWork]:
+        """Make lazy units of work of ``engine`` by tenant, acting as ``system``: an async job's.
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Roll back whatever was not committed, and give the connection back."""
-        await greenlet_spawn(self.sync.__exit__, exc_type, exc, traceback)
+        As :meth:`dms.uow.UnitOfWork.factory`, on an async engine.
+        """
+        resolved = settings if settings is not None else settings_of(synchronous(engine))
+        actor_setting(None, system)  # refused here, not at the first job
 
-    async def commit(self) -> None:
-        """Commit everything done in the unit of work (:meth:`dms.uow.UnitOfWork.commit`)."""
-        await greenlet_spawn(self.sync.commit)
+        def make(*, tenant: str) -> AsyncUnitOfWork:
+            return cls(engine, tenant=tenant, system=system, settings=resolved, lazy=True)
 
-    async def rollback(self) -> None:
-        """Throw away everything done in the unit of work."""
-        await greenlet_spawn(self.sync.rollback)
-
-    async def run(
-        self, function: Callable[Concatenate[UnitOfWork, P], T], *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        """``function(unit_of_work, *args, **kwargs)`` on the synchronous unit of work, awaited."""
-        return await greenlet_spawn(functools.partial(function, self.sync, *args, **kwargs))
-
-    @asynccontextmanager
-    async def savepoint(self) -> AsyncIterator[None]:
-        """Run a block in a savepoint: an error inside it undoes only the block."""
-        block = self.sync.savepoint()
-        await greenlet_spawn(block.__enter__)
-        try:
-            yield
-        except BaseException:
-            if not await greenlet_spawn(block.__exit__, *sys.exc_info()):
-                raise
-        else:
-            await greenlet_spawn(block.__exit__, None, None, None)
+        return make
 
     def __getattr__(self, name: str) -> AsyncRepositoryProxy:
         """The awaitable twin of the repository ``name`` (``documents``, ``folders``, ...)."""

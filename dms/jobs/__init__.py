@@ -57,10 +57,11 @@ from dms.jobs.schedules import (
     tick_schedules,
 )
 from dms.jobs.settlement import Completion, complete, complete_many, fail, heartbeat, release
-from dms.jobs.worker import Handler, Worker, WorkerConfig
+from dms.jobs.worker import AsyncHandler, Handler, Worker, WorkerConfig
 
 __all__ = [
     "App",
+    "AsyncHandler",
     "Backoff",
     "Completion",
     "Enqueued",

@@ -9,13 +9,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms import tenancy
+from dms import jobs, tenancy
 from dms.jobs.tables import processing_jobs
 
 #: What handlers of the tests write, one row per run that committed; in the tenant's schema.
@@ -27,6 +28,33 @@ job_effects = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("worker", sa.Text, nullable=False),
 )
+
+
+#: How a worker runs handlers: in runner threads (plain functions), or many at once on one
+#: event loop (``async def`` functions, in an async unit of work).
+HANDLER_STYLES = ("thread", "asyncio")
+
+
+@pytest.fixture(params=HANDLER_STYLES)
+def handler_style(request: pytest.FixtureRequest) -> str:
+    """Each handler style in turn: a test of the worker's contract holds for both."""
+    return str(request.param)
+
+
+def styled(style: str, body: Callable[[Any, jobs.Job], None]) -> Any:
+    """``body(unit, job)`` as a handler of ``style``.
+
+    ``thread``: ``body`` itself. ``asyncio``: an ``async def`` handler that runs ``body`` on
+    the synchronous unit underneath its async unit (``await uow.run(body, job)``, the greenlet
+    bridge): the same statements, the worker's asyncio path around them.
+    """
+    if style == "thread":
+        return body
+
+    async def handler(uow: Any, job: jobs.Job) -> None:
+        await uow.run(body, job)
+
+    return handler
 
 
 @pytest.fixture

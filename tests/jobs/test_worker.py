@@ -15,14 +15,20 @@ from sqlalchemy.engine import URL, Engine
 
 import dms
 from dms import jobs
+from dms.aio import AsyncUnitOfWork
 from dms.errors import ValidationError
 from dms.jobs.tables import processing_jobs
 from dms.jobs.validation import MAX_LEASE
-from dms.jobs.worker import JobUnitOfWork, TenantTransaction
+from dms.jobs.worker import AsyncTenantTransaction, JobUnitOfWork, TenantTransaction
 from dms.uow import UnitOfWork
-from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
+from tests.jobs.conftest import count_effects, count_jobs, job_effects, styled, wait_for
 
 FAST_RETRY = jobs.Backoff(initial_seconds=0, step_seconds=0, maximum_seconds=0)
+#: What an async def handler gets, by the unit a plain handler of the same worker gets.
+ASYNC_UNITS: dict[type, type] = {
+    UnitOfWork: AsyncUnitOfWork,
+    TenantTransaction: AsyncTenantTransaction,
+}
 
 
 def record_effect(uow: JobUnitOfWork, job: jobs.Job) -> None:
@@ -59,11 +65,13 @@ def _all_done(engine: Engine, kind: str, total: int) -> Callable[[], bool]:
 
 
 def test_worker_commits_the_handlers_writes_with_the_completion(
-    engine: Engine, effects: str, kind: str
+    engine: Engine, effects: str, kind: str, handler_style: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, count=20)
     with jobs.Worker(
-        engine, {kind: record_effect}, jobs.WorkerConfig(concurrency=3, poll_seconds=0.2)
+        engine,
+        {kind: styled(handler_style, record_effect)},
+        jobs.WorkerConfig(concurrency=3, poll_seconds=0.2),
     ):
         wait_for(_all_done(engine, kind, 20))
     for job_id in ids:
@@ -72,31 +80,43 @@ def test_worker_commits_the_handlers_writes_with_the_completion(
 
 
 @pytest.mark.parametrize(
-    ("worker_class", "unit_class"),
+    "layer",
     [(dms.DocumentWorker, UnitOfWork), (jobs.Worker, TenantTransaction)],
     ids=["dms.DocumentWorker", "dms.jobs.Worker"],
 )
 def test_without_a_factory_handlers_get_their_layers_unit_of_work(
-    engine: Engine, effects: str, kind: str, worker_class: type[jobs.Worker[Any]], unit_class: type
+    engine: Engine,
+    effects: str,
+    kind: str,
+    layer: tuple[type[jobs.Worker[Any]], type],
+    handler_style: str,
 ) -> None:
     """dms.DocumentWorker gives the tenant UnitOfWork (repositories), dms.jobs.Worker a bare
-    transaction."""
+    transaction; an async def handler gets either bridged (dms.aio.AsyncUnitOfWork,
+    AsyncTenantTransaction) over the same synchronous unit."""
+    worker_class, unit_class = layer
     (job_id,) = _enqueue(engine, kind, effects)
     seen: list[object] = []
 
-    def handler(uow: Any, job: jobs.Job) -> None:
+    def record(uow: Any, job: jobs.Job) -> None:
         seen.append(uow)
         record_effect(uow, job)
 
+    async def bridged(uow: Any, job: jobs.Job) -> None:
+        seen.append(uow)
+        await uow.run(record, job)
+
+    handler = record if handler_style == "thread" else bridged
+    expected = [unit_class] if handler_style == "thread" else [ASYNC_UNITS[unit_class], unit_class]
     with worker_class(engine, {kind: handler}, jobs.WorkerConfig(poll_seconds=0.1)):
         wait_for(_all_done(engine, kind, 1))
-    assert [type(unit) for unit in seen] == [unit_class]
+    assert [type(unit) for unit in seen] == expected
     assert getattr(seen[0], "tenant", None) == effects
     assert count_effects(engine, effects, job_id) == 1
 
 
 def test_a_failing_handler_is_retried_with_its_traceback_recorded(
-    engine: Engine, effects: str, kind: str
+    engine: Engine, effects: str, kind: str, handler_style: str
 ) -> None:
     (job_id,) = _enqueue(engine, kind, effects, max_attempts=2)
 
@@ -106,7 +126,9 @@ def test_a_failing_handler_is_retried_with_its_traceback_recorded(
             raise ValueError("document is locked")
 
     worker = jobs.Worker(
-        engine, {kind: flaky}, jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY})
+        engine,
+        {kind: styled(handler_style, flaky)},
+        jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY}),
     )
     with worker:
         wait_for(_all_done(engine, kind, 1))
@@ -120,7 +142,7 @@ def test_a_failing_handler_is_retried_with_its_traceback_recorded(
 
 
 def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
-    engine: Engine, effects: str, kind: str
+    engine: Engine, effects: str, kind: str, handler_style: str
 ) -> None:
     (job_id,) = _enqueue(engine, kind, effects, max_attempts=5)
 
@@ -129,7 +151,9 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
         raise dms.errors.PermanentFailure("the file is encrypted")
 
     worker = jobs.Worker(
-        engine, {kind: hopeless}, jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY})
+        engine,
+        {kind: styled(handler_style, hopeless)},
+        jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY}),
     )
     with worker:
         wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
@@ -138,6 +162,33 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
     assert job.last_error is not None
     assert job.last_error.endswith("PermanentFailure: the file is encrypted")
     assert count_effects(engine, effects, job_id) == 0
+
+
+def test_a_handler_whose_lease_was_taken_has_its_writes_rolled_back_with_the_completion(
+    engine: Engine, effects: str, kind: str, handler_style: str
+) -> None:
+    """Exactly-once effects: another worker took the job while its handler ran (as a reclaim
+    would), so the fenced completion fails and the handler's writes go with it."""
+    (job_id,) = _enqueue(engine, kind, effects)
+
+    def overtaken(uow: JobUnitOfWork, job: jobs.Job) -> None:
+        record_effect(uow, job)
+        with engine.begin() as conn:  # another transaction: the job is someone else's now
+            conn.execute(
+                sa.update(processing_jobs)
+                .where(processing_jobs.c.id == job.id)
+                .values(locked_by="another-worker")
+            )
+
+    worker = jobs.Worker(
+        engine, {kind: styled(handler_style, overtaken)}, jobs.WorkerConfig(poll_seconds=0.1)
+    )
+    with worker:
+        wait_for(lambda: worker.stats().lost == 1)
+    job = _state_of(engine, job_id)
+    assert (job.state, job.locked_by) == (jobs.JobState.RUNNING, "another-worker")
+    assert count_effects(engine, effects, job_id) == 0
+    assert worker.stats().completed == 0
 
 
 def _nothing(transaction: object, job: jobs.Job, /) -> None:
@@ -280,7 +331,11 @@ def test_stop_finishes_short_jobs_and_releases_the_rest(
 
 @pytest.mark.slow
 def test_a_worker_whose_connections_are_terminated_keeps_going(
-    engine: Engine, effects: str, kind: str, fresh_engine: Callable[..., Engine]
+    engine: Engine,
+    effects: str,
+    kind: str,
+    fresh_engine: Callable[..., Engine],
+    handler_style: str,
 ) -> None:
     app = f"dms-test-{uuid.uuid4().hex[:8]}"
     worker_engine = fresh_engine(application_name=app, pool_pre_ping=True)
@@ -299,7 +354,7 @@ def test_a_worker_whose_connections_are_terminated_keeps_going(
     killed = 0
     worker = jobs.Worker(
         worker_engine,
-        {kind: handler},
+        {kind: styled(handler_style, handler)},
         jobs.WorkerConfig(concurrency=2, poll_seconds=0.2, backoff={kind: FAST_RETRY}),
     )
     with worker:

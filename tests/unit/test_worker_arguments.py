@@ -92,7 +92,7 @@ def test_an_app_refuses_what_is_no_schedule(schedules: Any) -> None:
 
 def test_an_engine_is_required() -> None:
     with pytest.raises(ValidationError):
-        Worker("postgresql://x", {"k": _noop})  # type: ignore[arg-type]
+        Worker("postgresql://x", {"k": _noop})  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("config", [{"concurrency": 2}, 2, "concurrency=2"])

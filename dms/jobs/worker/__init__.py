@@ -15,6 +15,8 @@ The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws the
 * :mod:`._runner`: ``concurrency`` **runners** run one job each, its handler inside the unit of
   work made for the job's tenant (:mod:`.unit`: a protocol and a factory, since ``dms.jobs``
   sits below :mod:`dms.uow`); :mod:`._settler` records failures and releases, fenced;
+* :mod:`._loop`: for ``async def`` handlers, one **loop runner** instead: ``concurrency`` jobs
+  at once on one event loop, each in an async unit of work, with the runners' guarantees;
 * :mod:`._completer`: the **batch completer** completes the jobs whose handlers wrote nothing,
   many per statement;
 * :mod:`._renewer`: the **lease renewer** (heartbeat) extends the leases of held claims;
@@ -27,7 +29,8 @@ The parts, one module each, wired by :class:`Worker` (``docs/jobs.md`` draws the
 
 The parts' modules (and :mod:`._arguments`, :mod:`._session`) start with an underscore: they are
 internal. The package's API is what it exports: :class:`Worker`, its :class:`WorkerConfig`
-(:mod:`.config`), the unit-of-work protocol and factory (:mod:`.unit`) and :class:`WorkerStats`.
+(:mod:`.config`), the handler and unit-of-work protocols and factories, plain and async
+(:mod:`.unit`), and :class:`WorkerStats`.
 
 Database errors in the worker's own statements (a connection killed by
 ``pg_terminate_backend``, a failover) are logged and retried with a fresh pooled connection.
@@ -35,10 +38,17 @@ Create the engine with ``pool_pre_ping=True`` so that dead pooled connections ar
 before use.
 """
 
-from dms.jobs.worker._runner import Handler
+from dms.jobs.worker._runner import AsyncHandler, Handler
 from dms.jobs.worker.config import BATCH_SIZE, GRACE_SECONDS, POLL_SECONDS, PREFETCH, WorkerConfig
 from dms.jobs.worker.stats import WorkerStats
-from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
+from dms.jobs.worker.unit import (
+    AsyncJobUnitOfWork,
+    AsyncTenantTransaction,
+    AsyncUnitOfWorkFactory,
+    JobUnitOfWork,
+    TenantTransaction,
+    UnitOfWorkFactory,
+)
 from dms.jobs.worker.worker import Worker
 
 __all__ = [
@@ -46,6 +56,10 @@ __all__ = [
     "GRACE_SECONDS",
     "POLL_SECONDS",
     "PREFETCH",
+    "AsyncHandler",
+    "AsyncJobUnitOfWork",
+    "AsyncTenantTransaction",
+    "AsyncUnitOfWorkFactory",
     "Handler",
     "JobUnitOfWork",
     "TenantTransaction",

@@ -93,6 +93,29 @@ def handlers(value: object) -> dict[str, object]:
     return checked
 
 
+def all_async(handlers: Mapping[str, object]) -> bool:
+    """Whether every handler is an ``async def`` function; refused if only some are.
+
+    One worker runs either kind: thread runners for plain functions, one event loop for
+    coroutine functions. Run two workers for both.
+    """
+    coroutines = {kind for kind, handler in handlers.items() if _is_coroutine_function(handler)}
+    if coroutines and coroutines != set(handlers):
+        raise ValidationError(
+            f"handlers mix async def ({', '.join(sorted(coroutines))}) and plain functions "
+            f"({', '.join(sorted(set(handlers) - coroutines))}): a worker runs one kind; "
+            "run a worker for each"
+        )
+    return bool(coroutines)
+
+
+def _is_coroutine_function(handler: object) -> bool:
+    # A callable object's __call__ counts: inspect looks at functions and partials only.
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method itself, not callability
+    )
+
+
 def backoffs(value: object) -> dict[str, Backoff]:
     """A mapping of kind names to :class:`~dms.jobs.Backoff` policies (``None``: empty)."""
     if value is None:

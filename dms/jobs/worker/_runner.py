@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -48,32 +49,96 @@ class Handler(Protocol[U_contra]):
         """Do the work of ``job`` inside its tenant's unit of work."""
 
 
-class Runner(Generic[U]):
+class AsyncHandler(Protocol[U_contra]):
+    """An ``async def`` handler: as :class:`Handler`, awaited on the worker's event loop."""
+
+    async def __call__(self, uow: U_contra, job: Job, /) -> None:
+        """Do the work of ``job`` inside its tenant's async unit of work."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerParts:
+    """What every runner of a worker shares: its queues, book, settler, counters and stop."""
+
+    name: str
+    ready: queue.SimpleQueue[Claim]
+    acks: queue.SimpleQueue[Claim]
+    book: ClaimBook
+    settler: Settler
+    tally: Tally
+    stopping: threading.Event
+
+
+class Outcomes:
+    """How a runner records the end of a handler that did not complete its job."""
+
+    def __init__(self, parts: RunnerParts) -> None:
+        """Record through ``parts`` (the worker's settler and counters)."""
+        self._parts = parts
+        self._name = parts.name
+        self._book = parts.book
+        self._settler = parts.settler
+        self._tally = parts.tally
+
+    def ended_badly(self, claim: Claim, exc: Exception) -> None:
+        """Record what ``exc``, raised by the handler of ``claim`` or its completion, means.
+
+        The lease lost: nothing (another worker has the job; the writes rolled back). The
+        connection lost: released, without an attempt penalty. Anything else: a failed attempt,
+        retried unless it is a :class:`~dms.errors.PermanentFailure`.
+        """
+        if isinstance(exc, LeaseLost):
+            log.warning(
+                "worker %s: lost the lease of job %s; its writes rolled back",
+                self._name,
+                claim.job.id,
+            )
+            self._tally.add("lost")
+        elif isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            # Our connection died, not the job: run it again without counting this attempt.
+            log.warning(
+                "worker %s: connection lost running job %s; releasing it",
+                self._name,
+                claim.job.id,
+            )
+            self._settler.release(claim)
+        else:
+            self._failed(claim, exc)
+
+    def _failed(self, claim: Claim, exc: Exception) -> None:
+        job = claim.job
+        # The error's first line, escaped and capped: a log line must stay
+        # short, and valid UTF-8 for whatever carries it (a lone surrogate breaks encoders).
+        log.warning(
+            "worker %s: job %s (kind %s, tenant %s) attempt %d failed: %s",
+            self._name,
+            job.id,
+            job.kind,
+            job.tenant,
+            job.attempts,
+            printable_line(exc),
+        )
+        # A handler's PermanentFailure says no retry can help: dead at once (dms.errors).
+        self._settler.fail(claim, exc, retry=not isinstance(exc, PermanentFailure))
+
+
+class Runner(Outcomes, Generic[U]):
     """Runs claims from ``ready`` until the worker stops; one thread each."""
 
     def __init__(
         self,
+        parts: RunnerParts,
         *,
-        name: str,
-        ready: queue.SimpleQueue[Claim],
-        acks: queue.SimpleQueue[Claim],
-        book: ClaimBook,
-        settler: Settler,
-        tally: Tally,
         handlers: Mapping[str, Handler[U]],
         unit_of_work: UnitOfWorkFactory[U],
-        stopping: threading.Event,
     ) -> None:
-        """A runner named ``name`` (the worker's, for its log lines)."""
-        self._name = name
-        self._ready = ready
-        self._acks = acks
-        self._book = book
-        self._settler = settler
-        self._tally = tally
+        """A runner of the worker whose ``parts`` it shares."""
+        super().__init__(parts)
+        self._ready = parts.ready
+        self._acks = parts.acks
+        self._stopping = parts.stopping
         self._handlers = handlers
         self._unit_of_work = unit_of_work
-        self._stopping = stopping
         self.current: Claim | None = None
 
     def run(self) -> None:
@@ -122,40 +187,7 @@ class Runner(Generic[U]):
                 complete(unit.connection, job)
                 unit.commit()
             self._tally.add("completed")
-        except LeaseLost:
-            log.warning(
-                "worker %s: lost the lease of job %s; its writes rolled back", self._name, job.id
-            )
-            self._tally.add("lost")
-        except sa.exc.DBAPIError as exc:
-            self._database_error(claim, exc)
         # Whatever a handler raises fails the attempt; the runner itself goes on.
         except Exception as exc:
-            self._failed(claim, exc)
+            self.ended_badly(claim, exc)
         return False
-
-    def _database_error(self, claim: Claim, exc: sa.exc.DBAPIError) -> None:
-        if not exc.connection_invalidated:
-            self._failed(claim, exc)
-            return
-        # Our connection died, not the job: run it again without counting this attempt.
-        log.warning(
-            "worker %s: connection lost running job %s; releasing it", self._name, claim.job.id
-        )
-        self._settler.release(claim)
-
-    def _failed(self, claim: Claim, exc: Exception) -> None:
-        job = claim.job
-        # The error's first line, escaped and capped: a log line must stay
-        # short, and valid UTF-8 for whatever carries it (a lone surrogate breaks encoders).
-        log.warning(
-            "worker %s: job %s (kind %s, tenant %s) attempt %d failed: %s",
-            self._name,
-            job.id,
-            job.kind,
-            job.tenant,
-            job.attempts,
-            printable_line(exc),
-        )
-        # A handler's PermanentFailure says no retry can help: dead at once (dms.errors).
-        self._settler.fail(claim, exc, retry=not isinstance(exc, PermanentFailure))

@@ -18,7 +18,8 @@ class WorkerStats:
     """A snapshot of a worker's counters; all counts are since :meth:`~dms.jobs.Worker.start`."""
 
     runners: int
-    """Runner threads the worker is configured with."""
+    """Runner threads the worker is configured with (one event loop for ``async def``
+    handlers, which runs ``concurrency`` jobs at once)."""
     runners_alive: int
     """Runner threads alive now; below ``runners`` only while one is being replaced."""
     runners_replaced: int
@@ -46,7 +47,8 @@ class Tally:
 
     def __init__(self, runners: int) -> None:
         """Counters of a worker with ``runners`` runner threads, all at zero."""
-        self._runners = runners
+        self.runners = runners
+        """The runner threads."""
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
 
@@ -60,7 +62,7 @@ class Tally:
         with self._lock:
             counts = dict(self._counts)
         return WorkerStats(
-            runners=self._runners,
+            runners=self.runners,
             runners_alive=counts.get("runners_alive", 0),
             runners_replaced=counts.get("runners_replaced", 0),
             parts_restarted=counts.get("parts_restarted", 0),

@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from functools import partial
 from types import FrameType
-from typing import ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from dms.db import async_engine_like
 from dms.errors import ValidationError
 from dms.jobs.model import Job
 from dms.jobs.presence import withdraw
@@ -26,20 +28,31 @@ from dms.jobs.worker import _arguments as arguments
 from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._claimer import Claimer
 from dms.jobs.worker._completer import Completer
+from dms.jobs.worker._loop import LoopRunner
 from dms.jobs.worker._renewer import Renewer
-from dms.jobs.worker._runner import Handler, Runner
+from dms.jobs.worker._runner import AsyncHandler, Handler, Runner, RunnerParts
 from dms.jobs.worker._settler import Settler
 from dms.jobs.worker._supervisor import RUNNER, Part, Supervisor
 from dms.jobs.worker._ticker import Ticker
 from dms.jobs.worker._wakeup import Listener, Wakeup, listen_url
 from dms.jobs.worker.config import WorkerConfig
 from dms.jobs.worker.stats import Tally, WorkerStats
-from dms.jobs.worker.unit import JobUnitOfWork, TenantTransaction, UnitOfWorkFactory
+from dms.jobs.worker.unit import (
+    AsyncJobUnitOfWork,
+    AsyncTenantTransaction,
+    AsyncUnitOfWorkFactory,
+    JobUnitOfWork,
+    TenantTransaction,
+    UnitOfWorkFactory,
+)
 
 log = logging.getLogger(__name__)
 
 U = TypeVar("U", bound=JobUnitOfWork)
+A = TypeVar("A", bound=AsyncJobUnitOfWork)
 
+#: Seconds that cancelled async handlers get to roll back, at a stop past the grace period.
+CANCEL_SECONDS = 5.0
 #: Claimer threads, each with its own connection: while one claim waits for PostgreSQL, the
 #: other's rows are decoded (bench/README.md).
 CLAIMERS = 2
@@ -60,6 +73,7 @@ class Worker(Generic[U]):
     (:class:`~dms.errors.ValidationError`).
     """
 
+    @overload
     def __init__(
         self,
         engine: Engine,
@@ -67,6 +81,25 @@ class Worker(Generic[U]):
         config: WorkerConfig | None = None,
         *,
         unit_of_work: UnitOfWorkFactory[U] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Worker[Any],
+        engine: Engine,
+        handlers: Mapping[str, AsyncHandler[A]],
+        config: WorkerConfig | None = None,
+        *,
+        unit_of_work: AsyncUnitOfWorkFactory[A] | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        engine: Engine,
+        handlers: Mapping[str, Handler[U]] | Mapping[str, AsyncHandler[Any]],
+        config: WorkerConfig | None = None,
+        *,
+        unit_of_work: UnitOfWorkFactory[U] | AsyncUnitOfWorkFactory[Any] | None = None,
     ) -> None:
         """Check the arguments and configure the worker; nothing runs before :meth:`start`."""
         if not isinstance(engine, Engine):
@@ -81,19 +114,35 @@ class Worker(Generic[U]):
         self._check_kinds()
         if unit_of_work is not None and not callable(unit_of_work):
             raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
+        asynchronous = arguments.all_async(self._handlers)
         if unit_of_work is None:  # what a given factory makes is known only when it runs
-            arguments.handlers_fit(self._handlers, self.unit_type)
+            unit = self.async_unit_type if asynchronous else self.unit_type
+            arguments.handlers_fit(self._handlers, unit)
         self._listen_url = listen_url(engine, config.listen_url) if config.listen else None
         self.name = config.name if config.name is not None else _default_name()
         self._engine = engine
-        self._unit_of_work = unit_of_work or self.default_unit_of_work(engine)
+        self._loops: list[LoopRunner] = []
+        self._async_engine: AsyncEngine | None = None
+        if asynchronous:
+            # One connection per job in flight at most, as a runner thread holds one.
+            self._async_engine = async_engine_like(
+                engine, pool_size=config.concurrency, max_overflow=0, pool_pre_ping=True
+            )
+            self._async_unit_of_work = cast(
+                AsyncUnitOfWorkFactory[AsyncJobUnitOfWork],
+                unit_of_work or self.default_async_unit_of_work,
+            )
+        else:
+            self._unit_of_work = cast(
+                UnitOfWorkFactory[U], unit_of_work or self.default_unit_of_work(engine)
+            )
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._runners_done = threading.Event()
         # Leases are renewed until the stop has released what the worker held: a handler in
         # its grace period keeps its lease.
         self._renewals_end = threading.Event()
-        self._tally = Tally(config.concurrency)
+        self._tally = Tally(1 if asynchronous else config.concurrency)
         self._wakeup = Wakeup(self._stopping)
         self._book = ClaimBook(
             runners=config.concurrency,
@@ -116,6 +165,15 @@ class Worker(Generic[U]):
             tally=self._tally,
             stopping=self._stopping,
             runner_lost=self._release_ready,
+        )
+        self._parts = RunnerParts(
+            name=self.name,
+            ready=self._ready,
+            acks=self._acks,
+            book=self._book,
+            settler=self._settler,
+            tally=self._tally,
+            stopping=self._stopping,
         )
         self._started = False
 
@@ -141,20 +199,32 @@ class Worker(Generic[U]):
         """
         return cast(UnitOfWorkFactory[U], TenantTransaction.factory(engine))
 
+    #: What :meth:`default_async_unit_of_work` gives each ``async def`` handler.
+    async_unit_type: ClassVar[type] = AsyncTenantTransaction
+
+    @classmethod
+    def default_async_unit_of_work(cls, engine: AsyncEngine) -> UnitOfWorkFactory[Any]:
+        """The factory of async handlers' units on the worker's async ``engine``, by default.
+
+        :class:`AsyncTenantTransaction` here; ``dms.DocumentWorker`` gives
+        ``dms.aio.AsyncUnitOfWork``.
+        """
+        return AsyncTenantTransaction.factory(engine)
+
     # --- parts ----------------------------------------------------------------------------
 
     def _runner(self) -> Part:
-        return Runner(
-            name=self.name,
-            ready=self._ready,
-            acks=self._acks,
-            book=self._book,
-            settler=self._settler,
-            tally=self._tally,
-            handlers=self._handlers,
-            unit_of_work=self._unit_of_work,
-            stopping=self._stopping,
+        if self._async_engine is None:
+            return Runner(self._parts, handlers=self._handlers, unit_of_work=self._unit_of_work)
+        loop = LoopRunner(
+            self._parts,
+            slots=self.config.concurrency,
+            handlers=cast(Mapping[str, AsyncHandler[Any]], self._handlers),
+            engine=self._async_engine,
+            unit_of_work=self._async_unit_of_work,
         )
+        self._loops.append(loop)  # a stop past its grace period cancels their handlers
+        return loop
 
     def _claimer(self) -> Part:
         return Claimer(
@@ -235,7 +305,8 @@ class Worker(Generic[U]):
             with self._engine.begin() as conn:
                 register_schedules(conn, self.config.schedules)
         self._started = True
-        for _ in range(self.config.concurrency):
+        # Async handlers run on one event loop, ``concurrency`` jobs at once.
+        for _ in range(self._tally.runners):
             self._supervisor.start(RUNNER, self._runner)
         self._supervisor.start("completer", self._completer)
         for _ in range(CLAIMERS):
@@ -261,7 +332,8 @@ class Worker(Generic[U]):
         # then held, and released below with the rest.
         self._supervisor.join("claimer", timeout=self.config.poll_seconds + 1.0)
         self._release_ready()
-        self._supervisor.join(RUNNER, timeout=max(0.0, deadline - time.monotonic()))
+        if not self._supervisor.join(RUNNER, timeout=max(0.0, deadline - time.monotonic())):
+            self._cancel_async_handlers()
         # Finished jobs waiting for their batched completion are completed before the rest
         # (jobs still running past the grace period) is released.
         self._runners_done.set()
@@ -273,6 +345,18 @@ class Worker(Generic[U]):
             "renewer", "ticker", "listener", timeout=self.config.poll_seconds + 1.0
         )
         self._withdraw()
+
+    def _cancel_async_handlers(self) -> None:
+        """Past the grace period: cancel async handlers (their units roll back) and wait briefly.
+
+        Thread handlers cannot be interrupted: they run on, and their completion finds the
+        lease gone.
+        """
+        if not self._loops:
+            return
+        for loop in self._loops:
+            loop.cancel()
+        self._supervisor.join(RUNNER, timeout=CANCEL_SECONDS)
 
     def _withdraw(self) -> None:
         """No longer count as a running worker of its kinds (a killed one ages out instead)."""
