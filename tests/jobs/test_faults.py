@@ -15,6 +15,7 @@ time; no timing is asserted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -36,7 +38,7 @@ from sqlalchemy.engine import URL, Engine
 
 from dms import jobs, migrations, provisioning, tenancy
 from dms.jobs.tables import processing_jobs
-from dms.jobs.worker import JobUnitOfWork
+from dms.jobs.worker import AsyncTenantTransaction, JobUnitOfWork, TenantTransaction
 from dms.users import create_users_stand_in
 from tests.conftest import LONG_TEST_SECONDS
 from tests.jobs import child_worker
@@ -81,11 +83,24 @@ class Outcome:
         )
 
 
-def _handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
+def _write_effect(uow: JobUnitOfWork, job: jobs.Job) -> None:
     uow.connection.execute(
         sa.insert(job_effects).values(job_id=job.id, attempt=job.attempts, worker="w")
     )
+
+
+def _handler(uow: JobUnitOfWork, job: jobs.Job) -> None:
+    _write_effect(uow, job)
     time.sleep(HANDLER_SECONDS)
+
+
+async def _async_handler(uow: AsyncTenantTransaction[TenantTransaction], job: jobs.Job) -> None:
+    await uow.run(_write_effect, job)
+    await asyncio.sleep(HANDLER_SECONDS)
+
+
+#: The handler of each style (tests/jobs/conftest.py): the faults hold for both.
+HANDLERS: dict[str, Any] = {"thread": _handler, "asyncio": _async_handler}
 
 
 def _enqueue(engine: Engine, kind: str, tenant: str, count: int) -> list[uuid.UUID]:
@@ -259,14 +274,18 @@ def _terminator(engine: Engine, application_name: str) -> Callable[[], int]:
 
 
 def test_terminated_connections_lose_and_repeat_no_job(
-    engine: Engine, effects: str, kind: str, fresh_engine: Callable[..., Engine]
+    engine: Engine,
+    effects: str,
+    kind: str,
+    fresh_engine: Callable[..., Engine],
+    handler_style: str,
 ) -> None:
     name = f"faults-{uuid.uuid4().hex[:8]}"
     worker_engine = fresh_engine(name, pool_pre_ping=True)
     ids = _enqueue(engine, kind, effects, 3000)
     worker = jobs.Worker(
         worker_engine,
-        {kind: _handler},
+        {kind: HANDLERS[handler_style]},
         jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2),
     )
     with _limited(engine, effects, LIMIT) as running, worker:
@@ -279,7 +298,7 @@ def test_terminated_connections_lose_and_repeat_no_job(
         stats = worker.stats()
     outcome = _outcome(engine, effects, kind, ids, stats.runners - stats.runners_alive)
     outcome.report(
-        "pg_terminate_backend",
+        f"pg_terminate_backend ({handler_style} handlers)",
         terminated=storm.blows,
         replaced=stats.runners_replaced,
         most_running=f"{max(running)}/{LIMIT}",
@@ -306,7 +325,7 @@ def private_database() -> Iterator[tuple[Engine, Callable[[str], None]]]:
 
 
 def test_server_restarts_lose_and_repeat_no_job(
-    private_database: tuple[Engine, Callable[[str], None]],
+    private_database: tuple[Engine, Callable[[str], None]], handler_style: str
 ) -> None:
     engine, restart = private_database
     tenant, kind = f"t{uuid.uuid4().hex[:8]}", "faults.restart"
@@ -315,7 +334,9 @@ def test_server_restarts_lose_and_repeat_no_job(
         effects_metadata.create_all(tenancy.route(conn, tenant))
     ids = _enqueue(engine, kind, tenant, 2000)
     worker = jobs.Worker(
-        engine, {kind: _handler}, jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2)
+        engine,
+        {kind: HANDLERS[handler_style]},
+        jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2),
     )
     with (
         _ticking(engine, tenant, kind) as ticks,
@@ -331,7 +352,7 @@ def test_server_restarts_lose_and_repeat_no_job(
         stats = worker.stats()
     outcome = _outcome(engine, tenant, kind, ids, stats.runners - stats.runners_alive)
     outcome.report(
-        "server restart (fast, immediate)",
+        f"server restart (fast, immediate; {handler_style} handlers)",
         replaced=stats.runners_replaced,
         ticks=len(ticks),
         most_running=f"{max(running)}/{LIMIT}",
