@@ -12,6 +12,10 @@ where an id is expected, ``bytes``, floats, ``None``, ...). Each call must end i
   carried it), and whatever the refusal, every tenant table is unchanged (row counts and a
   checksum of every row) and the unit of work still works.
 
+Each call is made on both sides of the API: the unit of work, and the asyncio one (dms.aio runs
+the same calls in SQLAlchemy's greenlet bridge, on psycopg's ``AsyncConnection``: a driver of
+its own, whose errors must translate the same way).
+
 Any other exception (a raw psycopg or Python error) fails the test. The examples are
 derandomized, so CI runs the same ones every time; nothing is committed, so every example starts
 from the same world. ``pytest --hypothesis-show-statistics`` (without ``-n``) prints, per entry
@@ -20,6 +24,7 @@ point, how many inputs were accepted intact and how many refused, and how.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -37,6 +42,8 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 
 from dms import provisioning, tenancy
+from dms.aio import AsyncUnitOfWork
+from dms.db import create_async_engine
 from dms.domain import (
     Cursor,
     DocumentQuery,
@@ -249,30 +256,61 @@ def figures(request: pytest.FixtureRequest) -> Iterator[None]:
     yield from TALLY.report_after(request)
 
 
+#: Where an entry point is called: the unit of work, or the asyncio unit of work (dms.aio), where
+#: the same calls run in SQLAlchemy's greenlet bridge on psycopg's AsyncConnection.
+SIDES = ("sync", "async")
+
+
 def run(
-    engine: Engine, world: World, entry: EntryPoint, value: Any, *, refused: bool = False
+    engine: Engine,
+    world: World,
+    entry: EntryPoint,
+    value: Any,
+    *,
+    side: str = "sync",
+    refused: bool = False,
 ) -> None:
-    """Call ``entry`` with ``value`` in a unit of work that is never committed; check it.
+    """Call ``entry`` with ``value`` in a never-committed unit of work of ``side``; check it.
 
     With ``refused``, the value must be refused with a :class:`ValidationError`.
     """
-    with UnitOfWork(engine, tenant=world.tenant, user_id=world.user) as uow:
+    if side == "sync":
+        with UnitOfWork(engine, tenant=world.tenant, user_id=world.user) as uow:
+            check(uow, engine, world, entry, value, refused=refused)
+        return
+
+    async def bridged() -> None:
+        # A pool of its own per event loop: asyncio connections belong to the loop.
+        aengine = create_async_engine(engine.url, poolclass=sa.pool.NullPool)
         try:
-            with sent_parameters(engine) as sent:
-                result = entry.call(uow, world, value)
-        except DmsError as refusal:
-            allowed = (ValidationError,) if refused else entry.refusals
-            if not isinstance(refusal, allowed):
-                pytest.fail(f"{entry.name} refused with {refusal!r}")
-            if isinstance(refusal, ValidationError):
-                assert not [p for p in sent if carries(p, value)], "the value reached SQL"
-            assert snapshot(uow.connection) == world.snapshot
-            outcome(entry.name, f"refused ({type(refusal).__name__})")
-            return
-        assert not refused, f"{entry.name} accepted {value!r}"
-        stored, expected = entry.read_back(uow, world, value, result)
-        assert stored == expected
-        outcome(entry.name, "accepted intact")
+            async with AsyncUnitOfWork(aengine, tenant=world.tenant, user_id=world.user) as uow:
+                await uow.run(check, aengine.sync_engine, world, entry, value, refused=refused)
+        finally:
+            await aengine.dispose()
+
+    asyncio.run(bridged())
+
+
+def check(
+    uow: UnitOfWork, engine: Engine, world: World, entry: EntryPoint, value: Any, *, refused: bool
+) -> None:
+    """The call of ``entry`` on ``uow`` ends accepted intact, or refused with nothing changed."""
+    try:
+        with sent_parameters(engine) as sent:
+            result = entry.call(uow, world, value)
+    except DmsError as refusal:
+        allowed = (ValidationError,) if refused else entry.refusals
+        if not isinstance(refusal, allowed):
+            pytest.fail(f"{entry.name} refused with {refusal!r}")
+        if isinstance(refusal, ValidationError):
+            assert not [p for p in sent if carries(p, value)], "the value reached SQL"
+        assert snapshot(uow.connection) == world.snapshot
+        outcome(entry.name, f"refused ({type(refusal).__name__})")
+        return
+    assert not refused, f"{entry.name} accepted {value!r}"
+    stored, expected = entry.read_back(uow, world, value, result)
+    assert stored == expected
+    outcome(entry.name, "accepted intact")
 
 
 # --- the entry points -------------------------------------------------------------------------
@@ -978,24 +1016,26 @@ def _draw(world: World, entry: EntryPoint, data: st.DataObject) -> Any:
     return data.draw(values, label="value")
 
 
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=[entry.name for entry in ENTRY_POINTS])
 @settings(max_examples=EXAMPLES, **_SETTINGS)
 @given(data=st.data())
 def test_a_value_is_stored_intact_or_refused_with_nothing_changed(
-    engine: Engine, world: World, entry: EntryPoint, data: st.DataObject
+    engine: Engine, world: World, entry: EntryPoint, side: str, data: st.DataObject
 ) -> None:
-    run(engine, world, entry, _draw(world, entry, data))
+    run(engine, world, entry, _draw(world, entry, data), side=side)
 
 
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(
     "entry", TYPED_ENTRY_POINTS, ids=[entry.name for entry in TYPED_ENTRY_POINTS]
 )
 @settings(max_examples=TYPED_EXAMPLES, **_SETTINGS)
 @given(data=st.data())
 def test_an_id_flag_or_object_is_used_or_refused_with_nothing_changed(
-    engine: Engine, world: World, entry: EntryPoint, data: st.DataObject
+    engine: Engine, world: World, entry: EntryPoint, side: str, data: st.DataObject
 ) -> None:
-    run(engine, world, entry, _draw(world, entry, data))
+    run(engine, world, entry, _draw(world, entry, data), side=side)
 
 
 _ONE = uuid.UUID(int=1)
@@ -1053,11 +1093,12 @@ KNOWN_HOSTILE: list[tuple[str, object]] = [
 _BY_NAME = {entry.name: entry for entry in [*ENTRY_POINTS, *TYPED_ENTRY_POINTS]}
 
 
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(("name", "value"), KNOWN_HOSTILE)
 def test_known_hostile_values_are_refused_before_they_reach_sql(
-    engine: Engine, world: World, name: str, value: object
+    engine: Engine, world: World, name: str, value: object, side: str
 ) -> None:
-    run(engine, world, _BY_NAME[name], value, refused=True)
+    run(engine, world, _BY_NAME[name], value, side=side, refused=True)
 
 
 # --- outside a unit of work: the unit of work itself, tenants, users --------------------------
