@@ -4,11 +4,13 @@ The actor travels as a transaction-local setting (docs/access.md), never as sess
 a server connection that PgBouncer hands from one client's transaction to the next carries
 nothing over. Proven with a real PgBouncer (Debian's ``pgbouncer``, which .ci/run installs) in
 transaction mode with a pool of one server connection: every transaction of every client runs
-on the same server session, and each sees exactly what its own actor may see.
+on the same server session, and each sees exactly what its own actor may see: through the
+unit of work, and through the asyncio one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -17,13 +19,16 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from dms.aio import AsyncUnitOfWork
+from dms.db import create_async_engine
 from dms.domain import DocumentQuery
 from dms.domain.access import Rights
 from dms.testing.roles import APPLICATION_ROLE, application_engine
@@ -31,6 +36,8 @@ from dms.uow import UnitOfWork
 from dms.users import create_user
 
 pytestmark = pytest.mark.plain_only
+
+T = TypeVar("T")
 
 
 def _free_port() -> int:
@@ -116,8 +123,31 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], folder: Path) -
     pytest.fail("pgbouncer did not start listening within 10 s")
 
 
+def _in_unit_of_work(
+    side: str, bounced: Engine, tenant: str, user: uuid.UUID, work: Callable[[UnitOfWork], T]
+) -> T:
+    """``work(uow)`` in a unit of work of ``side`` through PgBouncer: the unit of work, or the
+    asyncio one (dms.aio: the same code in the greenlet bridge, on psycopg's AsyncConnection)."""
+    if side == "sync":
+        with UnitOfWork(bounced, tenant=tenant, user_id=user) as uow:
+            return work(uow)
+
+    async def bridged() -> T:
+        aengine = create_async_engine(
+            bounced.url, connect_args={"prepare_threshold": None}, poolclass=sa.pool.NullPool
+        )
+        try:
+            async with AsyncUnitOfWork(aengine, tenant=tenant, user_id=user) as uow:
+                return await uow.run(work)
+        finally:
+            await aengine.dispose()
+
+    return asyncio.run(bridged())
+
+
+@pytest.mark.parametrize("side", ["sync", "async"])
 def test_each_transaction_sees_what_its_own_actor_may_see(
-    engine: Engine, tenant: str, bouncer_url: URL
+    engine: Engine, tenant: str, bouncer_url: URL, side: str
 ) -> None:
     with engine.begin() as conn:
         admin, alice, bob = (
@@ -126,6 +156,12 @@ def test_each_transaction_sees_what_its_own_actor_may_see(
         )
     application_engine(engine, [tenant]).dispose()  # the role, granted this tenant
     bounced = sa.create_engine(bouncer_url, connect_args={"prepare_threshold": None})
+
+    def seen(uow: UnitOfWork) -> tuple[list[uuid.UUID], int]:
+        page = uow.documents.search(DocumentQuery())
+        backend = uow.connection.execute(sa.select(sa.func.pg_backend_pid())).scalar_one()
+        return [d.id for d in page.items], backend
+
     try:
         with UnitOfWork(bounced, tenant=tenant, user_id=admin) as uow:
             mine = {
@@ -140,17 +176,14 @@ def test_each_transaction_sees_what_its_own_actor_may_see(
         backends = set()
         for _round in range(3):
             for user in (alice, bob):
-                with UnitOfWork(bounced, tenant=tenant, user_id=user) as uow:
-                    page = uow.documents.search(DocumentQuery())
-                    assert [d.id for d in page.items] == [mine[user]]
-                    backends.add(
-                        uow.connection.execute(sa.select(sa.func.pg_backend_pid())).scalar()
-                    )
+                ids, backend = _in_unit_of_work(side, bounced, tenant, user, seen)
+                assert ids == [mine[user]]
+                backends.add(backend)
             # A transaction that names nobody after them inherits neither actor.
             with bounced.connect() as conn:
                 actor = conn.execute(sa.select(sa.func.current_setting("dms.actor", True))).scalar()
                 assert actor in (None, "")
-                backends.add(conn.execute(sa.select(sa.func.pg_backend_pid())).scalar())
+                backends.add(conn.execute(sa.select(sa.func.pg_backend_pid())).scalar_one())
         assert len(backends) == 1, "the pool of one must have served every transaction"
     finally:
         bounced.dispose()
