@@ -7,9 +7,14 @@ One run, one temporary database (dropped afterwards), one tenant:
   the synchronous one at 8 threads (a pool of 8), units per second;
 * **cost per statement**: a document read by id, one after another on one open transaction:
   ``await uow.documents.get(id)`` (dms.aio), ``uow.documents.get(id)`` (sync dms), and the same
-  SQL text on psycopg's ``AsyncConnection`` with nothing around it; p50 in microseconds.
+  SQL text on psycopg's ``AsyncConnection`` with nothing around it; p50 in microseconds;
+* **handlers that wait on I/O**: jobs whose handler waits 10 ms (``await asyncio.sleep`` in an
+  ``async def`` handler, ``time.sleep`` in a plain one), run by one ``dms.DocumentWorker`` from
+  the first claim to the last completion: async handlers at concurrency 100 on one event loop
+  against plain handlers on 8 runner threads, jobs per second.
 
-    python -m bench.async_api [--database-url URL] [--units 3000] [--reads 3000] [--write]
+    python -m bench.async_api [--database-url URL] [--units 3000] [--reads 3000] [--jobs 5000]
+                              [--write]
 
 Default: the machine's PostgreSQL 15 (127.0.0.1:5432). ``--write`` puts the results in
 bench/results/async.md. Not a test: the machine is shared and timings are noisy; only the
@@ -38,6 +43,7 @@ from dms import jobs, migrations, provisioning, tenancy
 from dms.aio import AsyncUnitOfWork
 from dms.aio import jobs as async_jobs
 from dms.db import normalize_url
+from dms.jobs.tables import processing_jobs
 from dms.schema.tenant import documents
 from dms.testing import temporary_database
 from dms.uow import UnitOfWork
@@ -48,6 +54,10 @@ RESULTS = REPO / "bench" / "results" / "async.md"
 TENANT = "bench_async"
 TASKS = 50
 THREADS = 8
+#: Jobs in flight on the async worker's event loop.
+ASYNC_HANDLERS = 100
+#: What each handler waits, in seconds: an HTTP call or an object store's answer.
+HANDLER_IO_SECONDS = 0.010
 
 
 def _setup(url: URL) -> uuid.UUID:
@@ -148,6 +158,41 @@ async def _raw_reads(url: URL, document_id: uuid.UUID, reads: int) -> float:
     return _p50_us(samples)
 
 
+async def _waits_async(uow: AsyncUnitOfWork, job: jobs.Job) -> None:
+    await asyncio.sleep(HANDLER_IO_SECONDS)
+
+
+def _waits(uow: UnitOfWork, job: jobs.Job) -> None:
+    time.sleep(HANDLER_IO_SECONDS)
+
+
+def _handler_rate(url: URL, count: int, *, asynchronous: bool) -> float:
+    """Jobs per second of one worker whose handlers wait on I/O, first claim to last done."""
+    kind = f"bench.io.{uuid.uuid4().hex[:8]}"
+    engine = dms.create_engine(url)
+    with engine.begin() as conn:
+        jobs.enqueue_many(
+            conn, [jobs.NewJob(kind=kind, payload={}, tenant=TENANT) for _ in range(count)]
+        )
+    handlers = {kind: _waits_async} if asynchronous else {kind: _waits}
+    config = jobs.WorkerConfig(
+        concurrency=ASYNC_HANDLERS if asynchronous else THREADS, poll_seconds=0.05
+    )
+    done = sa.select(sa.func.count()).where(
+        processing_jobs.c.kind == kind, processing_jobs.c.state == "done"
+    )
+    started = time.perf_counter()
+    with dms.DocumentWorker(engine, handlers, config):
+        while True:
+            with engine.connect() as conn:
+                if conn.scalar(done) == count:
+                    break
+            time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return count / elapsed
+
+
 def _a_document(url: URL, user: uuid.UUID) -> uuid.UUID:
     engine = dms.create_engine(url)
     with UnitOfWork(engine, tenant=TENANT, user_id=user) as uow:
@@ -169,6 +214,7 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--units", type=int, default=3000)
     parser.add_argument("--reads", type=int, default=3000)
+    parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     with temporary_database(normalize_url(args.database_url), prefix="bench_async") as url:
@@ -179,6 +225,8 @@ def main() -> None:
         raw = asyncio.run(_raw_reads(url, document_id, args.reads))
         bridged = asyncio.run(_async_reads(url, user, document_id, args.reads))
         plain = _sync_reads(url, user, document_id, args.reads)
+        threaded = _handler_rate(url, args.jobs, asynchronous=False)
+        looped = _handler_rate(url, args.jobs, asynchronous=True)
     rows = [
         (f"units of work/s, sync, {THREADS} threads", f"{sync_rate:,.0f}", "1.00"),
         (
@@ -189,6 +237,12 @@ def main() -> None:
         ("read by id, raw psycopg async, p50 µs", f"{raw:,.0f}", "1.00"),
         ("read by id, dms.aio, p50 µs", f"{bridged:,.0f}", f"{bridged / raw:.2f}"),
         ("read by id, sync dms, p50 µs", f"{plain:,.0f}", f"{plain / raw:.2f}"),
+        (f"10 ms handlers, jobs/s, {THREADS} threads", f"{threaded:,.0f}", "1.00"),
+        (
+            f"10 ms async handlers, jobs/s, {ASYNC_HANDLERS} on one loop",
+            f"{looped:,.0f}",
+            f"{looped / threaded:.2f}",
+        ),
     ]
     table = _table(rows)
     print(table)
@@ -196,7 +250,8 @@ def main() -> None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         RESULTS.write_text(
             f"# dms.aio against the synchronous API and raw psycopg async\n\n"
-            f"`python -m bench.async_api --units {args.units} --reads {args.reads}`, "
+            f"`python -m bench.async_api --units {args.units} --reads {args.reads} "
+            f"--jobs {args.jobs}`, "
             f"{stamp}, one run.\n\n{table}\n"
         )
 
