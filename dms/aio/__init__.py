@@ -16,8 +16,9 @@ way; it would double what a reader has to check for every rule, and the reposito
 their round trips, which the bridge does not add to. A test compares the two sides' public
 signatures (``tests/unit/test_async_api.py``).
 
-:mod:`.uow` (the unit of work and its repositories), :mod:`.services` (the use cases),
-:mod:`.jobs` (enqueue in the caller's transaction). Engines: :func:`dms.create_async_engine`.
+:mod:`.uow` (the unit of work and its repositories), :mod:`.repositories` (the repositories'
+twins as type checkers read them, generated), :mod:`.services` (the use cases), :mod:`.jobs`
+(enqueue in the caller's transaction). Engines: :func:`dms.create_async_engine`.
 """
 
 from . import jobs, services

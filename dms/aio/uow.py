@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
@@ -24,6 +24,11 @@ from dms.domain.audit import WORKER, actor_setting
 from dms.repositories._base import Repository
 from dms.transaction import AsyncTenantTransaction, synchronous
 from dms.uow import UnitOfWork
+
+if TYPE_CHECKING:  # the repositories' typed twins, for type checkers (generated)
+    from dms.aio.repositories import AsyncRepositories as _TypedRepositories
+else:
+    _TypedRepositories = object
 
 
 def repository_kinds() -> dict[str, type[Repository]]:
@@ -41,7 +46,7 @@ def repository_kinds() -> dict[str, type[Repository]]:
     return kinds
 
 
-class AsyncUnitOfWork(AsyncTenantTransaction[UnitOfWork]):
+class AsyncUnitOfWork(AsyncTenantTransaction[UnitOfWork], _TypedRepositories):
     """A tenant-routed transaction for asyncio code; rolled back unless :meth:`commit` is awaited.
 
     ::
@@ -129,11 +134,20 @@ class AsyncRepositoryProxy:
 
         @functools.wraps(function)
         async def awaited(*args: Any, **kwargs: Any) -> Any:
-            return await greenlet_spawn(functools.partial(call, *args, **kwargs))
+            result = await greenlet_spawn(functools.partial(call, *args, **kwargs))
+            # An iterator reads as it is consumed: each step in the bridge too.
+            return _stepped(result) if isinstance(result, Iterator) else result
 
         awaited.__signature__ = _bound_signature(function)  # type: ignore[attr-defined]
         setattr(self, method, awaited)  # made once per unit of work, as the proxy
         return awaited
+
+
+async def _stepped(steps: Iterator[Any]) -> AsyncIterator[Any]:
+    """``steps`` as an async iterator, each step run in the greenlet bridge."""
+    done = object()
+    while (item := await greenlet_spawn(next, steps, done)) is not done:
+        yield item
 
 
 @functools.cache

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -185,3 +185,24 @@ def test_a_savepoint_undoes_only_its_block(
 
     assert _run(partly, database_url) is dms.AlreadyExists
     assert _titles(engine, tenant) == ["After.pdf", "Kept.pdf"]
+
+
+def test_a_method_that_reads_as_it_is_consumed_is_an_async_iterator(
+    engine: Engine, database_url: URL, tenant: str, user_id: uuid.UUID
+) -> None:
+    """The audit export reads in pages while it is iterated: through dms.aio each page is
+    read in the bridge (iterating it outside would be I/O outside the greenlet)."""
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        for n in range(3):
+            uow.documents.add(title=f"{n}.pdf")
+        uow.commit()
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        expected = list(uow.audit.exported(since=None, until=None, batch=2))
+
+    async def export(aengine: AsyncEngine) -> list[dict[str, Any]]:
+        async with AsyncUnitOfWork(aengine, tenant=tenant, user_id=user_id) as uow:
+            events = await uow.audit.exported(since=None, until=None, batch=2)
+            return [event async for event in events]
+
+    assert len(expected) >= 3
+    assert _run(export, database_url) == expected

@@ -106,7 +106,7 @@ def test_without_a_factory_handlers_get_their_layers_unit_of_work(
         seen.append(uow)
         await uow.run(record, job)
 
-    handler = record if handler_style == "thread" else bridged
+    handler: Any = record if handler_style == "thread" else bridged
     expected = [unit_class] if handler_style == "thread" else [ASYNC_UNITS[unit_class], unit_class]
     with worker_class(engine, {kind: handler}, jobs.WorkerConfig(poll_seconds=0.1)):
         wait_for(_all_done(engine, kind, 1))

@@ -7,6 +7,7 @@ parameters differ from the synchronous one's.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import uuid
@@ -18,6 +19,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import dms
 from dms import aio, jobs, services
+from dms.aio import _generate
+from dms.aio import repositories as aio_repositories
 from dms.aio.uow import repository_kinds
 from dms.errors import ConfigurationError, ValidationError
 from dms.uow import UnitOfWork
@@ -61,6 +64,51 @@ def test_each_repository_method_is_awaitable_with_the_same_signature(name: str, 
         assert inspect.signature(awaited) == _without_first(getattr(kind, method)), method
 
 
+def _typed_twin_signature(method: Any) -> inspect.Signature:
+    """What the typed twin of ``method`` must read: ``async def``, an iterator made async."""
+    signature = inspect.signature(method)
+    returned = signature.return_annotation
+    if isinstance(returned, str) and returned.startswith("Iterator["):
+        signature = signature.replace(return_annotation=f"Async{returned}")
+    return signature
+
+
+@pytest.mark.parametrize(("name", "kind"), sorted(repository_kinds().items()))
+def test_each_repository_has_a_typed_twin_with_its_methods_and_signatures(
+    name: str, kind: type
+) -> None:
+    """dms/aio/repositories.py is generated (python -m dms.aio._generate): when a repository
+    changes, this fails until it is generated again."""
+    twin = getattr(aio_repositories, _generate.twin_name(kind))
+    assert _public_methods(twin) == _public_methods(kind)
+    for method in _public_methods(kind):
+        typed = getattr(twin, method)
+        assert inspect.iscoroutinefunction(typed), method
+        assert inspect.signature(typed) == _typed_twin_signature(getattr(kind, method)), method
+        assert typed.__doc__ == getattr(kind, method).__doc__, method
+    unit_property = vars(aio_repositories.AsyncRepositories)[name]
+    assert inspect.signature(unit_property.fget).return_annotation == twin.__name__
+
+
+def _code_and_imports(source: str) -> tuple[list[str], set[tuple[str, str, str | None]]]:
+    """The statements of ``source`` but its imports, and what it imports, in any order."""
+    body = ast.parse(source).body
+    imported = {
+        (getattr(node, "module", None) or "", alias.name, alias.asname)
+        for node in body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    code = [ast.dump(node) for node in body if not isinstance(node, ast.Import | ast.ImportFrom)]
+    return code, imported
+
+
+def test_the_typed_twins_are_what_the_generator_writes_now() -> None:
+    """Statement for statement, up to ruff's formatting and import order."""
+    written = _code_and_imports(_generate.TARGET.read_text())
+    assert written == _code_and_imports(_generate.generate())
+
+
 def test_every_use_case_of_a_unit_of_work_is_awaitable_with_the_same_signature() -> None:
     takes_a_unit = [
         name
@@ -88,9 +136,9 @@ def test_a_name_that_is_no_repository_or_method_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError):
         uow.nothing  # noqa: B018
     with pytest.raises(AttributeError):
-        uow.documents._execute  # noqa: B018
+        uow.documents._execute  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(AttributeError):
-        uow.documents.nothing  # noqa: B018
+        uow.documents.nothing  # type: ignore[attr-defined]  # noqa: B018
 
 
 @pytest.mark.parametrize(
