@@ -8,7 +8,10 @@ unit of work) exactly once, none lost, none stuck ``running``, no runner lost (t
 own stats), and that the worker still processes jobs afterwards; the tenant is limited to
 :data:`LIMIT` jobs running at once, and no sample of the running jobs taken every 10 ms under
 the faults ever sees more; (b) and (c) also tick a schedule of every second under the faults,
-and check that every tick was enqueued once. Each
+and check that every tick was enqueued once; (a) and (c) have another tenant enqueue a job
+every 0.3 s behind the first one's backlog, each run exactly once too, and check that the
+queue stayed fair: their median wait below the backlog's (first in, first out, each would
+wait for all of it). Each
 prints one line of figures (``FAULTS ...``), the record of the issue's closing note. Bounded in
 time; no timing is asserted.
 """
@@ -21,6 +24,7 @@ import itertools
 import json
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -217,6 +221,38 @@ def _assert_every_tick_once(ticks: list[datetime], *, at_least: int) -> None:
     assert gaps == []
 
 
+@contextlib.contextmanager
+def _trickle(engine: Engine, tenant: str, kind: str) -> Iterator[list[uuid.UUID]]:
+    """Another tenant enqueues a job of ``kind`` every 0.3 s while the faults last, behind the
+    first tenant's backlog; the list it gives holds their ids."""
+    with engine.begin() as conn:
+        effects_metadata.create_all(tenancy.route(conn, tenant))
+    ids: list[uuid.UUID] = []
+
+    def enqueue() -> int:
+        ids.extend(_enqueue(engine, kind, tenant, 1))
+        return 1
+
+    with Storm(enqueue, every=0.3):
+        yield ids
+
+
+def _waits(engine: Engine, ids: list[uuid.UUID]) -> list[float]:
+    """Seconds from enqueue to start of each job of ``ids``."""
+    waited = sa.extract("epoch", processing_jobs.c.started_at - processing_jobs.c.created_at)
+    with engine.connect() as conn:
+        return [
+            float(w) for w in conn.scalars(sa.select(waited).where(processing_jobs.c.id.in_(ids)))
+        ]
+
+
+def _assert_fair(engine: Engine, backlog: list[uuid.UUID], trickled: list[uuid.UUID]) -> None:
+    """The trickled jobs did not queue behind the backlog: their median wait is below the
+    backlog's (in a first-in-first-out queue, every one of them waits for all of it)."""
+    assert len(trickled) >= 3
+    assert statistics.median(_waits(engine, trickled)) < statistics.median(_waits(engine, backlog))
+
+
 def _still_works(engine: Engine, kind: str, tenant: str) -> None:
     """Jobs enqueued after the faults are processed too."""
     _enqueue(engine, kind, tenant, 20)
@@ -273,9 +309,10 @@ def _terminator(engine: Engine, application_name: str) -> Callable[[], int]:
     return blow
 
 
-def test_terminated_connections_lose_and_repeat_no_job(
+def test_terminated_connections_lose_and_repeat_no_job(  # noqa: PLR0917 - fixtures
     engine: Engine,
     effects: str,
+    other_tenant: str,
     kind: str,
     fresh_engine: Callable[..., Engine],
     handler_style: str,
@@ -289,7 +326,10 @@ def test_terminated_connections_lose_and_repeat_no_job(
         jobs.WorkerConfig(concurrency=4, lease=LEASE, poll_seconds=0.2),
     )
     with _limited(engine, effects, LIMIT) as running, worker:
-        with Storm(_terminator(engine, name), every=0.2) as storm:
+        with (
+            Storm(_terminator(engine, name), every=0.2) as storm,
+            _trickle(engine, other_tenant, kind) as trickled,
+        ):
             deadline = time.monotonic() + 20
             while _unfinished(engine, kind) and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -305,7 +345,9 @@ def test_terminated_connections_lose_and_repeat_no_job(
     )
     assert storm.blows > 0
     _assert_exactly_once(outcome)
+    _assert_exactly_once(_outcome(engine, other_tenant, kind, trickled, 0))
     _assert_limit_kept(running, LIMIT)
+    _assert_fair(engine, ids, trickled)
 
 
 # --- (b) server restarts --------------------------------------------------------------------
@@ -431,10 +473,14 @@ def _kill_storm(engine: Engine, kind: str, tenant: str) -> tuple[int, int]:
 
 
 def test_killed_worker_processes_lose_and_repeat_no_job(
-    engine: Engine, effects: str, kind: str
+    engine: Engine, effects: str, other_tenant: str, kind: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, 2000)
-    with _ticking(engine, effects, kind) as ticks, _limited(engine, effects, LIMIT) as running:
+    with (
+        _ticking(engine, effects, kind) as ticks,
+        _limited(engine, effects, LIMIT) as running,
+        _trickle(engine, other_tenant, kind) as trickled,
+    ):
         kills, runners_lost = _kill_storm(engine, kind, effects)
     outcome = _outcome(engine, effects, kind, ids, runners_lost)
     outcome.report(
@@ -446,5 +492,7 @@ def test_killed_worker_processes_lose_and_repeat_no_job(
     )
     assert kills > 0
     _assert_exactly_once(outcome)
+    _assert_exactly_once(_outcome(engine, other_tenant, kind, trickled, 0))
     _assert_every_tick_once(ticks, at_least=5)
     _assert_limit_kept(running, LIMIT)
+    _assert_fair(engine, ids, trickled)

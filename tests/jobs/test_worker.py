@@ -433,3 +433,30 @@ def test_the_claim_count_sees_every_claim_of_a_worker_claiming_one_at_a_time(
     ):
         wait_for(_all_done(engine, kind, 200))
     assert _claims_of(engine, kind) >= 190  # two claims might share a microsecond, no more
+
+
+def test_a_handler_whose_connection_cannot_be_made_has_its_job_released_not_failed(
+    engine: Engine, tenant: str, kind: str, handler_style: str
+) -> None:
+    """A connection that a pool opens to replace a dead one can be cut while it connects
+    (CI saw it under pg_terminate_backend): DatabaseUnreachable, which is not the job's
+    failure. Here the handler's units connect to a port where nothing listens."""
+    (job_id,) = _enqueue(engine, kind, tenant)
+    nowhere = engine.url.set(host="127.0.0.1", port=1, query={})
+    dead = dms.create_engine(nowhere)
+    factory: Any = (
+        TenantTransaction.factory(dead)
+        if handler_style == "thread"
+        else lambda _: AsyncTenantTransaction.factory(dms.create_async_engine(nowhere))
+    )
+    worker = jobs.Worker(
+        engine,
+        {kind: styled(handler_style, record_effect)},
+        jobs.WorkerConfig(poll_seconds=0.1),
+        unit_of_work=factory,
+    )
+    with worker:
+        wait_for(lambda: worker.stats().released >= 1)
+    dead.dispose()
+    job = _state_of(engine, job_id)
+    assert (job.errors, worker.stats().failed) == ((), 0)

@@ -8,7 +8,8 @@ the database has nothing to commit: its claim goes to the batch completer
 (:mod:`._completer`). Whatever a handler raises fails the attempt (fenced, through the
 :class:`~.settler.Settler`), logged at WARNING with the job's id, kind and tenant.
 
-A job whose connection died under its handler is released without an attempt penalty. An
+A job whose connection died under its handler, or could not be made
+(:class:`~dms.errors.DatabaseUnreachable`), is released without an attempt penalty. An
 exception that escapes all this (a bug, or a failure that cannot even be recorded) ends the
 runner: its supervisor logs it, records the failure of the job it ran (:meth:`Runner.salvage`)
 and starts another runner.
@@ -25,7 +26,7 @@ from typing import Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from dms.errors import LeaseLost, PermanentFailure
+from dms.errors import DatabaseUnreachable, LeaseLost, PermanentFailure
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker._book import Claim, ClaimBook
@@ -94,8 +95,9 @@ class Outcomes:
                 claim.job.id,
             )
             self._tally.add("lost")
-        elif isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
-            # Our connection died, not the job: run it again without counting this attempt.
+        elif _connection_lost(exc):
+            # Our connection died (or a new one was refused), not the job: run it again
+            # without counting this attempt.
             log.warning(
                 "worker %s: connection lost running job %s; releasing it",
                 self._name,
@@ -120,6 +122,17 @@ class Outcomes:
         )
         # A handler's PermanentFailure says no retry can help: dead at once (dms.errors).
         self._settler.fail(claim, exc, retry=not isinstance(exc, PermanentFailure))
+
+
+def _connection_lost(exc: Exception) -> bool:
+    """Whether ``exc`` says the handler's connection died, or could not be made.
+
+    A connection that a pool opens to replace a dead one can be cut while it connects (a
+    failover, ``pg_terminate_backend``): that is :class:`~dms.errors.DatabaseUnreachable`.
+    """
+    if isinstance(exc, DatabaseUnreachable):
+        return True
+    return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
 
 
 class Runner(Outcomes, Generic[U]):
