@@ -24,7 +24,7 @@ from dms import jobs
 from dms.aio import AsyncUnitOfWork
 from dms.aio import jobs as async_jobs
 from dms.errors import ValidationError
-from dms.jobs.worker import AsyncTenantTransaction
+from dms.jobs.worker import AsyncTenantTransaction, TenantTransaction
 from dms.uow import UnitOfWork
 from tests.jobs.conftest import count_effects, count_jobs, job_effects, wait_for
 
@@ -199,29 +199,56 @@ def test_async_handlers_query_through_the_workers_database_settings_and_leave_no
     assert 1 <= max(samples) <= concurrency
 
 
-@pytest.mark.parametrize(
-    ("handlers", "message"),
-    [
-        ("mixed", r"handlers mix async def \(a\) and plain functions \(b\)"),
-        ("wrong unit", r"takes a AsyncUnitOfWork, and this worker gives each handler a "),
-    ],
-)
-def test_what_a_worker_cannot_run_is_refused_before_it_starts(
-    engine: Engine, handlers: str, message: str
+def test_one_worker_runs_plain_handlers_on_threads_and_async_ones_on_its_loop(
+    engine: Engine, tenant: str, kind: str
 ) -> None:
-    async def documents(uow: AsyncUnitOfWork, job: jobs.Job) -> None:
-        """Needs the repositories, which the bare async transaction does not have."""
+    """dms worker runs dms's own handlers (plain) beside an application's async ones."""
+    plain_kind, async_kind = f"{kind}.plain", f"{kind}.async"
+    ran: dict[str, set[str]] = {plain_kind: set(), async_kind: set()}
+
+    def plain(uow: Any, job: jobs.Job) -> None:
+        ran[job.kind].add(threading.current_thread().name)
+
+    async def awaited(uow: Any, job: jobs.Job) -> None:
+        ran[job.kind].add(threading.current_thread().name)
+        await asyncio.sleep(0.001)
+
+    _enqueue(engine, plain_kind, tenant, 10)
+    _enqueue(engine, async_kind, tenant, 10)
+    handlers: dict[str, Any] = {plain_kind: plain, async_kind: awaited}
+    config = jobs.WorkerConfig(concurrency=2, poll_seconds=0.1)
+    with jobs.Worker(engine, handlers, config) as worker:
+        wait_for(lambda: _done(engine, plain_kind) == 10 and _done(engine, async_kind) == 10)
+        stats = worker.stats()
+    assert (stats.runners, stats.runners_alive, stats.completed) == (3, 3, 20)
+    assert len(ran[async_kind]) == 1  # the loop's one thread
+    assert ran[async_kind].isdisjoint(ran[plain_kind])
+
+
+def test_a_unit_of_work_factory_for_mixed_handlers_is_refused(engine: Engine) -> None:
+    """A factory makes the units of one kind of handler: async and plain need different ones."""
+
+    async def awaited(uow: Any, job: jobs.Job) -> None:
+        """An async handler."""
 
     def plain(uow: Any, job: jobs.Job) -> None:
         """A thread handler."""
 
-    given: dict[str, Any] = (
-        {"a": documents, "b": plain} if handlers == "mixed" else {"a": documents}
-    )
-    with pytest.raises(ValidationError, match=message):
-        jobs.Worker(engine, given)
-    if handlers == "wrong unit":  # the control: the worker that gives an AsyncUnitOfWork
-        dms.DocumentWorker(engine, given)
+    handlers: dict[str, Any] = {"a": awaited, "b": plain}
+    with pytest.raises(ValidationError, match=r"mix async def \(a\) and plain functions \(b\)"):
+        jobs.Worker(engine, handlers, unit_of_work=TenantTransaction.factory(engine))
+    jobs.Worker(engine, handlers)  # the control: each kind with its own default unit
+
+
+def test_an_async_handler_annotated_with_a_unit_the_worker_does_not_give_is_refused(
+    engine: Engine,
+) -> None:
+    async def documents(uow: AsyncUnitOfWork, job: jobs.Job) -> None:
+        """Needs the repositories, which the bare async transaction does not have."""
+
+    with pytest.raises(ValidationError, match="takes a AsyncUnitOfWork, and this worker gives"):
+        jobs.Worker(engine, {"a": documents})
+    dms.DocumentWorker(engine, {"a": documents})  # the control: it gives an AsyncUnitOfWork
 
 
 def test_a_plain_handler_annotated_with_the_async_unit_is_refused(engine: Engine) -> None:

@@ -93,20 +93,9 @@ def handlers(value: object) -> dict[str, object]:
     return checked
 
 
-def all_async(handlers: Mapping[str, object]) -> bool:
-    """Whether every handler is an ``async def`` function; refused if only some are.
-
-    One worker runs either kind: thread runners for plain functions, one event loop for
-    coroutine functions. Run two workers for both.
-    """
-    coroutines = {kind for kind, handler in handlers.items() if _is_coroutine_function(handler)}
-    if coroutines and coroutines != set(handlers):
-        raise ValidationError(
-            f"handlers mix async def ({', '.join(sorted(coroutines))}) and plain functions "
-            f"({', '.join(sorted(set(handlers) - coroutines))}): a worker runs one kind; "
-            "run a worker for each"
-        )
-    return bool(coroutines)
+def async_kinds(handlers: Mapping[str, object]) -> frozenset[str]:
+    """The kinds whose handler is an ``async def`` function (run on the worker's event loop)."""
+    return frozenset(kind for kind, handler in handlers.items() if _is_coroutine_function(handler))
 
 
 def _is_coroutine_function(handler: object) -> bool:

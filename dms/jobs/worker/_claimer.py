@@ -18,7 +18,6 @@ back to the queue at once instead of waiting out their lease, and count as relea
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -33,7 +32,8 @@ from dms.jobs._rows import Claimed
 from dms.jobs.claims import next_after, reclaim_expired, release_unheld
 from dms.jobs.model import Job, JobState
 from dms.jobs.pipeline import claim_outcome
-from dms.jobs.worker._book import Claim, ClaimBook
+from dms.jobs.worker._book import ClaimBook
+from dms.jobs.worker._ready import ReadyQueues
 from dms.jobs.worker._session import HeldSession
 from dms.jobs.worker._wakeup import Wakeup
 from dms.jobs.worker.stats import Tally
@@ -58,7 +58,7 @@ class Claimer:
         worker_id: str,
         kinds: Collection[str],
         lease: timedelta,
-        ready: queue.SimpleQueue[Claim],
+        ready: ReadyQueues,
         book: ClaimBook,
         tally: Tally,
         wakeup: Wakeup,

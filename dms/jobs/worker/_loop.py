@@ -52,18 +52,19 @@ class LoopRunner(Outcomes):
         self,
         parts: RunnerParts,
         *,
+        ready: queue.SimpleQueue[Claim],
         slots: int,
         handlers: Mapping[str, AsyncHandler[Any]],
         engine: AsyncEngine,
         unit_of_work: AsyncUnitOfWorkFactory[AsyncJobUnitOfWork],
     ) -> None:
-        """A loop runner of the worker whose ``parts`` it shares, on ``engine``."""
+        """A loop runner of the worker whose ``parts`` it shares: claims from ``ready``."""
         super().__init__(parts)
         self._slots = slots
         self._handlers = handlers
         self._engine = engine
         self._make_units = unit_of_work
-        self._ready = parts.ready
+        self._ready = ready
         self._acks = parts.acks
         self._stopping = parts.stopping
         self._cancel = threading.Event()

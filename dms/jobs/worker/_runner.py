@@ -59,10 +59,9 @@ class AsyncHandler(Protocol[U_contra]):
 
 @dataclass(frozen=True, kw_only=True)
 class RunnerParts:
-    """What every runner of a worker shares: its queues, book, settler, counters and stop."""
+    """What every runner of a worker shares: its acks queue, book, settler, counters, stop."""
 
     name: str
-    ready: queue.SimpleQueue[Claim]
     acks: queue.SimpleQueue[Claim]
     book: ClaimBook
     settler: Settler
@@ -142,12 +141,13 @@ class Runner(Outcomes, Generic[U]):
         self,
         parts: RunnerParts,
         *,
+        ready: queue.SimpleQueue[Claim],
         handlers: Mapping[str, Handler[U]],
         unit_of_work: UnitOfWorkFactory[U],
     ) -> None:
-        """A runner of the worker whose ``parts`` it shares."""
+        """A runner of the worker whose ``parts`` it shares, taking claims from ``ready``."""
         super().__init__(parts)
-        self._ready = parts.ready
+        self._ready = ready
         self._acks = parts.acks
         self._stopping = parts.stopping
         self._handlers = handlers

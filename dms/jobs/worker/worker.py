@@ -29,6 +29,7 @@ from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._claimer import Claimer
 from dms.jobs.worker._completer import Completer
 from dms.jobs.worker._loop import LoopRunner
+from dms.jobs.worker._ready import ReadyQueues
 from dms.jobs.worker._renewer import Renewer
 from dms.jobs.worker._runner import AsyncHandler, Handler, Runner, RunnerParts
 from dms.jobs.worker._settler import Settler
@@ -61,7 +62,9 @@ CLAIMERS = 2
 class Worker(Generic[U]):
     """Runner threads that claim jobs and run their ``handlers``, configured by ``config``.
 
-    ``handlers`` map job kinds to ``handler(unit, job)``; ``config`` says how the worker runs
+    ``handlers`` map job kinds to ``handler(unit, job)``: plain functions run on ``concurrency``
+    runner threads, ``async def`` ones on one event loop, ``concurrency`` at once, each in an
+    async unit of work (docs/async.md). ``config`` says how the worker runs
     (:class:`~dms.jobs.WorkerConfig`: threads, kinds, lease, polling, batches, schedules;
     default: ``WorkerConfig()``). The config's ``kinds`` default to the kinds of ``handlers``;
     a kind without a handler is refused here (the worker would only send its jobs to the dead
@@ -112,46 +115,32 @@ class Worker(Generic[U]):
         self._handlers = cast(dict[str, Handler[U]], arguments.handlers(handlers))
         self._kinds = arguments.kinds(self._handlers if config.kinds is None else config.kinds)
         self._check_kinds()
-        if unit_of_work is not None and not callable(unit_of_work):
-            raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
-        asynchronous = arguments.all_async(self._handlers)
-        if unit_of_work is None:  # what a given factory makes is known only when it runs
-            unit = self.async_unit_type if asynchronous else self.unit_type
-            arguments.handlers_fit(self._handlers, unit)
         self._listen_url = listen_url(engine, config.listen_url) if config.listen else None
         self.name = config.name if config.name is not None else _default_name()
         self._engine = engine
-        self._loops: list[LoopRunner] = []
-        self._async_engine: AsyncEngine | None = None
-        if asynchronous:
-            # One connection per job in flight at most, as a runner thread holds one.
-            self._async_engine = async_engine_like(
-                engine, pool_size=config.concurrency, max_overflow=0, pool_pre_ping=True
-            )
-            self._async_unit_of_work = cast(
-                AsyncUnitOfWorkFactory[AsyncJobUnitOfWork],
-                unit_of_work or self.default_async_unit_of_work,
-            )
-        else:
-            self._unit_of_work = cast(
-                UnitOfWorkFactory[U], unit_of_work or self.default_unit_of_work(engine)
-            )
+        self._looped_kinds = arguments.async_kinds(self._handlers_of(frozenset(self._kinds)))
+        self._threaded_kinds = frozenset(self._kinds) - self._looped_kinds
+        self._units(unit_of_work)
         self._stopping = threading.Event()
         self._stop_requested = threading.Event()
         self._runners_done = threading.Event()
         # Leases are renewed until the stop has released what the worker held: a handler in
         # its grace period keeps its lease.
         self._renewals_end = threading.Event()
-        self._tally = Tally(1 if asynchronous else config.concurrency)
+        # Runner threads for plain handlers, one event loop for async ones: each runs
+        # ``concurrency`` jobs at once.
+        self._tally = Tally(
+            (config.concurrency if self._threaded_kinds else 0) + bool(self._looped_kinds)
+        )
         self._wakeup = Wakeup(self._stopping)
         self._book = ClaimBook(
-            runners=config.concurrency,
+            runners=config.concurrency * (bool(self._threaded_kinds) + bool(self._looped_kinds)),
             prefetch=config.prefetch,
             batch_size=config.batch_size,
             now=time.monotonic(),
             on_free=self._wakeup.wake_if_limited,
         )
-        self._ready: queue.SimpleQueue[Claim] = queue.SimpleQueue()
+        self._ready = ReadyQueues(self._looped_kinds)
         self._acks: queue.SimpleQueue[Claim] = queue.SimpleQueue()
         self._settler = Settler(
             engine,
@@ -168,7 +157,6 @@ class Worker(Generic[U]):
         )
         self._parts = RunnerParts(
             name=self.name,
-            ready=self._ready,
             acks=self._acks,
             book=self._book,
             settler=self._settler,
@@ -176,6 +164,44 @@ class Worker(Generic[U]):
             stopping=self._stopping,
         )
         self._started = False
+
+    def _units(self, unit_of_work: object) -> None:
+        """The unit-of-work factories: the one given (for one kind of handler), or the class's.
+
+        A handler annotated with a unit that its factory does not make is refused here.
+        """
+        if unit_of_work is not None and not callable(unit_of_work):
+            raise ValidationError(f"unit_of_work must be callable, not {unit_of_work!r}")
+        if unit_of_work is not None and self._looped_kinds and self._threaded_kinds:
+            raise ValidationError(
+                "unit_of_work makes the units of one kind of handler, and these handlers mix "
+                f"async def ({', '.join(sorted(self._looped_kinds))}) and plain functions "
+                f"({', '.join(sorted(self._threaded_kinds))}): run a worker for each"
+            )
+        if unit_of_work is None:  # what a given factory makes is known only when it runs
+            arguments.handlers_fit(self._handlers_of(self._threaded_kinds), self.unit_type)
+            arguments.handlers_fit(self._handlers_of(self._looped_kinds), self.async_unit_type)
+        self._loops: list[LoopRunner] = []
+        self._async_engine: AsyncEngine | None = None
+        if self._looped_kinds:
+            # One connection per job in flight at most, as a runner thread holds one.
+            self._async_engine = async_engine_like(
+                self._engine,
+                pool_size=self.config.concurrency,
+                max_overflow=0,
+                pool_pre_ping=True,
+            )
+            self._async_unit_of_work = cast(
+                AsyncUnitOfWorkFactory[AsyncJobUnitOfWork],
+                unit_of_work or self.default_async_unit_of_work,
+            )
+        if self._threaded_kinds:
+            self._unit_of_work = cast(
+                UnitOfWorkFactory[U], unit_of_work or self.default_unit_of_work(self._engine)
+            )
+
+    def _handlers_of(self, kinds: frozenset[str]) -> dict[str, Handler[U]]:
+        return {kind: self._handlers[kind] for kind in kinds}
 
     def _check_kinds(self) -> None:
         if not self._kinds:
@@ -214,13 +240,20 @@ class Worker(Generic[U]):
     # --- parts ----------------------------------------------------------------------------
 
     def _runner(self) -> Part:
-        if self._async_engine is None:
-            return Runner(self._parts, handlers=self._handlers, unit_of_work=self._unit_of_work)
+        return Runner(
+            self._parts,
+            ready=self._ready.threaded,
+            handlers=self._handlers,
+            unit_of_work=self._unit_of_work,
+        )
+
+    def _loop_runner(self) -> Part:
         loop = LoopRunner(
             self._parts,
+            ready=self._ready.looped,
             slots=self.config.concurrency,
             handlers=cast(Mapping[str, AsyncHandler[Any]], self._handlers),
-            engine=self._async_engine,
+            engine=cast(AsyncEngine, self._async_engine),  # made: the worker has async handlers
             unit_of_work=self._async_unit_of_work,
         )
         self._loops.append(loop)  # a stop past its grace period cancels their handlers
@@ -305,9 +338,10 @@ class Worker(Generic[U]):
             with self._engine.begin() as conn:
                 register_schedules(conn, self.config.schedules)
         self._started = True
-        # Async handlers run on one event loop, ``concurrency`` jobs at once.
-        for _ in range(self._tally.runners):
+        for _ in range(self.config.concurrency if self._threaded_kinds else 0):
             self._supervisor.start(RUNNER, self._runner)
+        if self._looped_kinds:  # one event loop, ``concurrency`` jobs at once
+            self._supervisor.start(RUNNER, self._loop_runner)
         self._supervisor.start("completer", self._completer)
         for _ in range(CLAIMERS):
             self._supervisor.start("claimer", self._claimer)
@@ -373,11 +407,7 @@ class Worker(Generic[U]):
         """
         if self._tally.snapshot(held=0).runners_alive > 0 and not self._stopping.is_set():
             return
-        while True:
-            try:
-                claim = self._ready.get_nowait()
-            except queue.Empty:
-                return
+        for claim in self._ready.take_all():
             self._settler.release(claim)
 
     def join(self, timeout: float | None = None) -> bool:
