@@ -2,8 +2,9 @@
 
 The server is the one named by ``DMS_TEST_DATABASE_URL``, or the embedded server otherwise;
 a test never skips for lack of one. Each pytest-xdist worker gets its own database, migrated
-to head with the users stand-in; each test that commits gets its own tenant (the others share
-one: :func:`rolled_back_tenant`, :func:`tenant_unless_named`). Tests that need an
+to head with the users stand-in; each test that commits gets its own tenant, as new (recycled
+from the worker's earlier tests: :mod:`tests.recycling`); the others share one
+(:func:`rolled_back_tenant`, :func:`tenant_unless_named`). Tests that need an
 empty database (migrations) get their own with :func:`empty_database_url`.
 """
 
@@ -29,6 +30,7 @@ from dms.storage import S3BlobStore
 from dms.testing import temporary_database
 from dms.users import create_user, create_users_stand_in
 from tests.hostile import checksums
+from tests.recycling import Recycler
 from tests.s3server import running_s3_server
 
 #: The timeout of the tests whose own bounded waits may add up to more than the suite's default
@@ -120,23 +122,27 @@ def rolled_back_tenant(engine: Engine) -> Iterator[str]:
     provisioning.drop_tenant(engine, slug)
 
 
+@pytest.fixture(scope="session")
+def recycler(engine: Engine) -> Recycler:
+    """This worker's tenants, kept between tests and emptied back to new (tests/recycling.py)."""
+    return Recycler(engine)
+
+
 @pytest.fixture
-def tenant(request: pytest.FixtureRequest, engine: Engine) -> Iterator[str]:
-    """A fresh tenant at head, dropped after the test.
+def tenant(request: pytest.FixtureRequest, recycler: Recycler) -> Iterator[str]:
+    """A tenant at head, as new: this test's alone (recycled, see :mod:`tests.recycling`).
 
     A test that uses :func:`tenant_conn` (rolled back after it) and does not name ``tenant``
-    itself shares this worker's :func:`rolled_back_tenant` instead: it leaves nothing behind,
-    and creating a tenant costs seconds on a Citus cluster (every table a distributed one, on
-    three nodes). A test that names its tenant (to change its tables' triggers, say) gets its
-    own: on Citus, a trigger switched off and rolled back was seen still off by the next test.
+    itself shares this worker's :func:`rolled_back_tenant` instead: it leaves nothing behind.
+    A test that names its tenant (to change its tables' triggers, say) gets its own, which is
+    dropped after it, not recycled: on Citus, a trigger switched off and rolled back was seen
+    still off by the next test.
     """
     if _writes_only_through_tenant_conn(request):
         yield request.getfixturevalue("rolled_back_tenant")
         return
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
+    with recycler.tenant() as slug:
+        yield slug
 
 
 def _writes_only_through_tenant_conn(request: pytest.FixtureRequest) -> bool:
@@ -171,10 +177,8 @@ def tenant_unless_named(request: pytest.FixtureRequest, engine: Engine) -> Itera
     create and drop here, seconds on Citus.
     """
     if "tenant" in inspect.signature(request.function).parameters:
-        slug = new_slug()
-        provisioning.create_tenant(engine, slug)
-        yield slug
-        provisioning.drop_tenant(engine, slug)
+        with request.getfixturevalue("recycler").tenant() as slug:
+            yield slug
         return
     slug = request.getfixturevalue("module_tenant")
     before = _tenant_snapshot(engine, slug)
@@ -192,12 +196,10 @@ def _tenant_snapshot(engine: Engine, slug: str) -> tuple[tuple[object, ...], ...
 
 
 @pytest.fixture
-def other_tenant(engine: Engine) -> Iterator[str]:
-    """A second tenant, made like ``tenant`` (no events yet); dropped afterwards."""
-    slug = new_slug()
-    provisioning.create_tenant(engine, slug)
-    yield slug
-    provisioning.drop_tenant(engine, slug)
+def other_tenant(recycler: Recycler) -> Iterator[str]:
+    """A second tenant, as new as ``tenant`` (no events yet)."""
+    with recycler.tenant() as slug:
+        yield slug
 
 
 def new_user(engine: Engine, name: str = "Tester") -> uuid.UUID:

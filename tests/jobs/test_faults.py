@@ -447,24 +447,31 @@ def _stats_at_stop(children: list[subprocess.Popen[str]]) -> list[dict[str, int]
     return [json.loads(out.strip().splitlines()[-1]) for out in outputs]
 
 
-def _kill_storm(engine: Engine, kind: str, tenant: str) -> tuple[int, int]:
+def _kill_storm(
+    engine: Engine,
+    kind: str,
+    tenant: str,
+    trickled: Callable[[], contextlib.AbstractContextManager[object]],
+) -> tuple[int, int]:
     """Three worker processes, one SIGKILLed and replaced every 0.5 to 1.5 s, for at least
     :data:`MIN_STORM_SECONDS` (the schedule's ticks) and until the jobs are done or 20 s have
-    passed; then the jobs left are waited for. The number of kills and of runners lost."""
+    passed, ``trickled()`` lasting as long; then the jobs left are waited for. The number of
+    kills and of runners lost."""
     children: list[subprocess.Popen[str]] = []
     kills = 0
     try:
         children.extend(_child(engine.url, kind) for _ in range(3))
         started = time.monotonic()
-        while time.monotonic() - started < 20 and (
-            _unfinished(engine, kind) or time.monotonic() - started < MIN_STORM_SECONDS
-        ):
-            time.sleep(random.uniform(0.5, 1.5))
-            victim = children.pop(random.randrange(len(children)))
-            victim.kill()
-            victim.communicate(timeout=30)  # reaps it and closes its pipe
-            kills += 1
-            children.append(_child(engine.url, kind))
+        with trickled():
+            while time.monotonic() - started < 20 and (
+                _unfinished(engine, kind) or time.monotonic() - started < MIN_STORM_SECONDS
+            ):
+                time.sleep(random.uniform(0.5, 1.5))
+                victim = children.pop(random.randrange(len(children)))
+                victim.kill()
+                victim.communicate(timeout=30)  # reaps it and closes its pipe
+                kills += 1
+                children.append(_child(engine.url, kind))
         wait_for(lambda: _unfinished(engine, kind) == 0, timeout=SETTLE_SECONDS)
         _still_works(engine, kind, tenant)
     finally:
@@ -476,12 +483,16 @@ def test_killed_worker_processes_lose_and_repeat_no_job(
     engine: Engine, effects: str, other_tenant: str, kind: str
 ) -> None:
     ids = _enqueue(engine, kind, effects, 2000)
-    with (
-        _ticking(engine, effects, kind) as ticks,
-        _limited(engine, effects, LIMIT) as running,
-        _trickle(engine, other_tenant, kind) as trickled,
-    ):
-        kills, runners_lost = _kill_storm(engine, kind, effects)
+    trickled: list[uuid.UUID] = []
+
+    @contextlib.contextmanager
+    def trickling() -> Iterator[None]:
+        with _trickle(engine, other_tenant, kind) as enqueued:
+            yield
+        trickled.extend(enqueued)
+
+    with _ticking(engine, effects, kind) as ticks, _limited(engine, effects, LIMIT) as running:
+        kills, runners_lost = _kill_storm(engine, kind, effects, trickling)
     outcome = _outcome(engine, effects, kind, ids, runners_lost)
     outcome.report(
         "SIGKILL",
