@@ -202,11 +202,6 @@ class AsyncTenantTransaction(Generic[_S]):
 
         return make
 
-    @property
-    def opened(self) -> bool:
-        """Whether the unit's connection was opened (a lazy unit opens it at first use)."""
-        return self.sync.opened
-
     async def __aenter__(self: _A) -> _A:
         """Begin: take a connection (or, lazy, at first use) and route it to the tenant."""
         await greenlet_spawn(self.sync.__enter__)

@@ -65,8 +65,6 @@ class LoopRunner(Outcomes):
         self._engine = engine
         self._make_units = unit_of_work
         self._ready = ready
-        self._acks = parts.acks
-        self._stopping = parts.stopping
         self._cancel = threading.Event()
         self._running: dict[asyncio.Task[None], Claim] = {}
 
@@ -161,8 +159,7 @@ class LoopRunner(Outcomes):
                 claim.job.id,
                 printable_error(error),
             )
-            self._book.finish(claim, deferred=False)
-            await asyncio.to_thread(self._settler.fail_printably, claim, error)
+            await asyncio.to_thread(self.crashed, claim, error)
             return
         if self._book.finish(claim, deferred=deferred):
             self._acks.put(claim)

@@ -74,11 +74,20 @@ class Outcomes:
 
     def __init__(self, parts: RunnerParts) -> None:
         """Record through ``parts`` (the worker's settler and counters)."""
-        self._parts = parts
         self._name = parts.name
+        self._acks = parts.acks
         self._book = parts.book
         self._settler = parts.settler
         self._tally = parts.tally
+        self._stopping = parts.stopping
+
+    def crashed(self, claim: Claim, error: BaseException) -> None:
+        """Let ``claim`` go and record its failure printably: ``error`` would end a runner.
+
+        A bug of the worker, or what a handler raised beyond ``Exception`` (``SystemExit``).
+        """
+        self._book.finish(claim, deferred=False)
+        self._settler.fail_printably(claim, error)
 
     def ended_badly(self, claim: Claim, exc: Exception) -> None:
         """Record what ``exc``, raised by the handler of ``claim`` or its completion, means.
@@ -148,8 +157,6 @@ class Runner(Outcomes, Generic[U]):
         """A runner of the worker whose ``parts`` it shares, taking claims from ``ready``."""
         super().__init__(parts)
         self._ready = ready
-        self._acks = parts.acks
-        self._stopping = parts.stopping
         self._handlers = handlers
         self._unit_of_work = unit_of_work
         self.current: Claim | None = None
@@ -172,8 +179,7 @@ class Runner(Outcomes, Generic[U]):
         """After this runner failed: record the failure of the job it ran, printably."""
         claim, self.current = self.current, None
         if claim is not None:
-            self._book.finish(claim, deferred=False)
-            self._settler.fail_printably(claim, error)
+            self.crashed(claim, error)
 
     def process(self, claim: Claim) -> None:
         """Run ``claim``'s handler and settle it, or hand it to the completer."""
