@@ -114,7 +114,10 @@ class Recycler:
 
     engine: Engine
     idle: list[_Kept] = field(default_factory=list)
-    ddl: list[str] = field(default_factory=list)
+    lent: set[str] = field(default_factory=set)
+    """The schemas of the tenants in use by the running test."""
+    changed: set[str] = field(default_factory=set)
+    """Those of them that a statement of the schema-changing kind named."""
     shape: _Shape | None = None
 
     def __post_init__(self) -> None:
@@ -122,16 +125,20 @@ class Recycler:
 
     def _watch(self, conn: Connection, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith(_DDL):
-            self.ddl.append(statement)
+            self.changed.update(schema for schema in self.lent if schema in statement)
 
     @contextmanager
     def tenant(self) -> Iterator[str]:
         """A tenant as new for the block; kept for the next block unless its schema changed."""
         kept = self._take()
-        seen = len(self.ddl)
-        yield kept.slug
         schema = tenancy.schema_name(kept.slug)
-        if any(schema in statement for statement in self.ddl[seen:]):
+        self.lent.add(schema)
+        try:
+            yield kept.slug
+        finally:
+            self.lent.discard(schema)
+        if schema in self.changed:
+            self.changed.discard(schema)
             _drop(self.engine, kept.slug)
         else:
             self.idle.append(kept)
