@@ -261,34 +261,49 @@ def figures(request: pytest.FixtureRequest) -> Iterator[None]:
 SIDES = ("sync", "async")
 
 
-def run(
-    engine: Engine,
-    world: World,
-    entry: EntryPoint,
-    value: Any,
-    *,
-    side: str = "sync",
-    refused: bool = False,
-) -> None:
-    """Call ``entry`` with ``value`` in a never-committed unit of work of ``side``; check it.
+class Sides:
+    """Where calls are made: a unit of work on ``engine``, or dms.aio on one event loop.
 
-    With ``refused``, the value must be refused with a :class:`ValidationError`.
+    The asyncio side keeps one loop and one pool for the module (a pooled asyncio connection
+    belongs to the loop that opened it): a loop and a connection per example cost ten times
+    the call itself.
     """
-    if side == "sync":
-        with UnitOfWork(engine, tenant=world.tenant, user_id=world.user) as uow:
-            check(uow, engine, world, entry, value, refused=refused)
-        return
 
-    async def bridged() -> None:
-        # A pool of its own per event loop: asyncio connections belong to the loop.
-        aengine = create_async_engine(engine.url, poolclass=sa.pool.NullPool)
-        try:
-            async with AsyncUnitOfWork(aengine, tenant=world.tenant, user_id=world.user) as uow:
-                await uow.run(check, aengine.sync_engine, world, entry, value, refused=refused)
-        finally:
-            await aengine.dispose()
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._loop = asyncio.new_event_loop()
+        self._async_engine = create_async_engine(engine.url)
 
-    asyncio.run(bridged())
+    def run(
+        self, world: World, entry: EntryPoint, value: Any, *, side: str, refused: bool = False
+    ) -> None:
+        """Call ``entry`` with ``value`` in a never-committed unit of work of ``side``; check it.
+
+        With ``refused``, the value must be refused with a :class:`ValidationError`.
+        """
+        if side == "sync":
+            with UnitOfWork(self.engine, tenant=world.tenant, user_id=world.user) as uow:
+                check(uow, self.engine, world, entry, value, refused=refused)
+            return
+        self._loop.run_until_complete(self._bridged(world, entry, value, refused=refused))
+
+    async def _bridged(self, world: World, entry: EntryPoint, value: Any, *, refused: bool) -> None:
+        aengine = self._async_engine
+        async with AsyncUnitOfWork(aengine, tenant=world.tenant, user_id=world.user) as uow:
+            await uow.run(check, aengine.sync_engine, world, entry, value, refused=refused)
+
+    def close(self) -> None:
+        """Close the asyncio side's pool and loop."""
+        self._loop.run_until_complete(self._async_engine.dispose())
+        self._loop.close()
+
+
+@pytest.fixture(scope="module")
+def sides(engine: Engine) -> Iterator[Sides]:
+    """Both sides of the API for this module."""
+    made = Sides(engine)
+    yield made
+    made.close()
 
 
 def check(
@@ -1021,9 +1036,9 @@ def _draw(world: World, entry: EntryPoint, data: st.DataObject) -> Any:
 @settings(max_examples=EXAMPLES, **_SETTINGS)
 @given(data=st.data())
 def test_a_value_is_stored_intact_or_refused_with_nothing_changed(
-    engine: Engine, world: World, entry: EntryPoint, side: str, data: st.DataObject
+    sides: Sides, world: World, entry: EntryPoint, side: str, data: st.DataObject
 ) -> None:
-    run(engine, world, entry, _draw(world, entry, data), side=side)
+    sides.run(world, entry, _draw(world, entry, data), side=side)
 
 
 @pytest.mark.parametrize("side", SIDES)
@@ -1033,9 +1048,9 @@ def test_a_value_is_stored_intact_or_refused_with_nothing_changed(
 @settings(max_examples=TYPED_EXAMPLES, **_SETTINGS)
 @given(data=st.data())
 def test_an_id_flag_or_object_is_used_or_refused_with_nothing_changed(
-    engine: Engine, world: World, entry: EntryPoint, side: str, data: st.DataObject
+    sides: Sides, world: World, entry: EntryPoint, side: str, data: st.DataObject
 ) -> None:
-    run(engine, world, entry, _draw(world, entry, data), side=side)
+    sides.run(world, entry, _draw(world, entry, data), side=side)
 
 
 _ONE = uuid.UUID(int=1)
@@ -1096,9 +1111,9 @@ _BY_NAME = {entry.name: entry for entry in [*ENTRY_POINTS, *TYPED_ENTRY_POINTS]}
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(("name", "value"), KNOWN_HOSTILE)
 def test_known_hostile_values_are_refused_before_they_reach_sql(
-    engine: Engine, world: World, name: str, value: object, side: str
+    sides: Sides, world: World, name: str, value: object, side: str
 ) -> None:
-    run(engine, world, _BY_NAME[name], value, side=side, refused=True)
+    sides.run(world, _BY_NAME[name], value, side=side, refused=True)
 
 
 # --- outside a unit of work: the unit of work itself, tenants, users --------------------------
