@@ -8,9 +8,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from dms import migrations, provisioning
 from dms.users import create_users_stand_in
-from tests.migrations.fingerprint import TENANTS, populate_tenant
+from tests.migrations.fingerprint import build_fleet
 
 
 @pytest.fixture
@@ -25,8 +24,5 @@ def db(empty_database_url: URL) -> Iterator[Engine]:
 @pytest.fixture
 def fleet(db: Engine) -> Engine:
     """The database at head with the tenants of :data:`TENANTS`, each holding data."""
-    migrations.upgrade(db)
-    for slug in TENANTS:
-        provisioning.create_tenant(db, slug)
-        populate_tenant(db, slug)
+    build_fleet(db)
     return db

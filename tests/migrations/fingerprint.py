@@ -29,7 +29,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from dms import tenancy
+from dms import migrations, provisioning, tenancy
 from dms.migrations import read_versions
 from dms.schema import tenant as t
 from dms.testing.factories import (
@@ -349,6 +349,14 @@ def alembic_env(url: URL, extra_env: dict[str, str] | None = None) -> dict[str, 
 
 
 # --- data ---------------------------------------------------------------------------------
+
+
+def build_fleet(engine: Engine) -> None:
+    """Migrate to head and create the tenants of :data:`TENANTS`, each holding data."""
+    migrations.upgrade(engine)
+    for slug in TENANTS:
+        provisioning.create_tenant(engine, slug)
+        populate_tenant(engine, slug)
 
 
 def populate_tenant(engine: Engine, slug: str) -> None:

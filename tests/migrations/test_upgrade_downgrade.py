@@ -1,16 +1,19 @@
 """Upgrades and downgrades, step by step, restore every schema exactly and keep the data.
 
 Each test gets a new database (``empty_database_url``) with the users stand-in, but for the
-tenant steps, which move one tenant alone: they share one database of the module, and each gets
-that tenant new at head with its data (:func:`tenant_fleet`). "Exactly" means equal catalog
-fingerprints (:mod:`tests.migrations.fingerprint`) of the shared schema and of the
-tenant schemas, equal revisions, and equal rows.
+step tests and those that move one tenant alone. The step tests are collected from head down to
+base and walk down one fleet (:func:`fleet_at`, :func:`alpha_at`): a fleet made at head and
+downgraded to a revision is what each of them needs, and going on down from where the last test
+left it is the same downgrade, minus seconds of building a database per test (many more on
+Citus). "Exactly" means equal catalog fingerprints (:mod:`tests.migrations.fingerprint`) of the
+shared schema and of the tenant schemas, equal revisions, and equal rows.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from tests.migrations.fingerprint import (
     DdlAudit,
     Fingerprint,
     assert_registry_matches,
+    build_fleet,
     fingerprint,
     populate_tenant,
     revisions,
@@ -50,10 +54,17 @@ def _chain() -> list[tuple[str | None, str]]:
 
 STEPS = _chain()
 HEAD = STEPS[-1][1]
+#: The steps from head down to base: the order in which one fleet can walk through them.
+DOWNWARD = STEPS[::-1]
 
 
 def _step_id(step: tuple[str | None, str]) -> str:
     return f"{step[0] or 'base'}->{step[1]}"
+
+
+def _height(revision: str | None) -> int:
+    """How far up the chain ``revision`` is (base: 0)."""
+    return 0 if revision is None else [r for _, r in STEPS].index(revision) + 1
 
 
 def _fingerprints(engine: Engine, schemas: tuple[str, ...] = SCHEMAS) -> dict[str, Fingerprint]:
@@ -83,12 +94,43 @@ def _without_audit_trail(contents: dict[str, Any]) -> dict[str, Any]:
 _ACCESS_COLUMNS_FROM = {"folders": 7, "documents": 9}
 
 
-@pytest.mark.parametrize("step", STEPS, ids=_step_id)
+@pytest.fixture(scope="module")
+def fleet_at(server_url: URL) -> Iterator[Callable[[str | None], Engine]]:
+    """A function that gives a fleet made at head and downgraded to a revision.
+
+    It downgrades the fleet of the last call when that one is at or above the revision, and
+    makes a new database otherwise (the first call, or a step test that ran out of order).
+    """
+    with ExitStack() as current:
+        engines: list[Engine] = []
+
+        def at(revision: str | None) -> Engine:
+            if not engines or _height(revisions(engines[0], SHARED_SCHEMA)[SHARED_SCHEMA]) < (
+                _height(revision)
+            ):
+                current.close()
+                engines[:] = [_new_fleet(current, server_url)]
+            migrations.downgrade(engines[0], revision or "base")
+            return engines[0]
+
+        yield at
+
+
+def _new_fleet(stack: ExitStack, server_url: URL) -> Engine:
+    url = stack.enter_context(temporary_database(server_url, prefix="dms_empty"))
+    engine = sa.create_engine(url)
+    stack.callback(engine.dispose)
+    create_users_stand_in(engine)
+    build_fleet(engine)
+    return engine
+
+
+@pytest.mark.parametrize("step", DOWNWARD, ids=_step_id)
 def test_fleet_step_up_and_down_restores_every_schema(
-    fleet: Engine, step: tuple[str | None, str]
+    fleet_at: Callable[[str | None], Engine], step: tuple[str | None, str]
 ) -> None:
     previous, revision = step
-    migrations.downgrade(fleet, previous or "base")
+    fleet = fleet_at(previous)
     before = _fingerprints(fleet)
     before_revisions = revisions(fleet, *SCHEMAS)
     before_rows = _contents(fleet)
@@ -114,10 +156,7 @@ def module_fleet(server_url: URL) -> Iterator[Engine]:
     with temporary_database(server_url, prefix="dms_empty") as url:
         engine = sa.create_engine(url)
         create_users_stand_in(engine)
-        migrations.upgrade(engine)
-        for slug in TENANTS:
-            provisioning.create_tenant(engine, slug)
-            populate_tenant(engine, slug)
+        build_fleet(engine)
         yield engine
         engine.dispose()
 
@@ -130,19 +169,40 @@ def tenant_fleet(module_fleet: Engine) -> Engine:
     head, untouched): a new ``alpha`` is all they need of a new database, which costs each test
     seconds to create and migrate (more on Citus).
     """
-    provisioning.drop_tenant(module_fleet, TENANTS[0])
-    provisioning.create_tenant(module_fleet, TENANTS[0])
-    populate_tenant(module_fleet, TENANTS[0])
+    _renew_alpha(module_fleet)
     return module_fleet
 
 
-@pytest.mark.parametrize("step", STEPS, ids=_step_id)
+def _renew_alpha(fleet: Engine) -> None:
+    provisioning.drop_tenant(fleet, TENANTS[0])
+    provisioning.create_tenant(fleet, TENANTS[0])
+    populate_tenant(fleet, TENANTS[0])
+
+
+@pytest.fixture
+def alpha_at(module_fleet: Engine) -> Callable[[str | None], Engine]:
+    """A function that gives the module's fleet with ``alpha`` made at head and downgraded.
+
+    As :func:`fleet_at`: ``alpha`` goes on down from where it is when it is at or above the
+    revision, and is made anew otherwise.
+    """
+
+    def at(revision: str | None) -> Engine:
+        schema = tenancy.schema_name(TENANTS[0])
+        if _height(revisions(module_fleet, schema)[schema]) < _height(revision):
+            _renew_alpha(module_fleet)
+        migrations.downgrade(module_fleet, revision or "base", tenant=TENANTS[0])
+        return module_fleet
+
+    return at
+
+
+@pytest.mark.parametrize("step", DOWNWARD, ids=_step_id)
 def test_tenant_step_up_and_down_restores_the_tenant(
-    tenant_fleet: Engine, step: tuple[str | None, str]
+    alpha_at: Callable[[str | None], Engine], step: tuple[str | None, str]
 ) -> None:
-    fleet = tenant_fleet
     previous, revision = step
-    migrations.downgrade(fleet, previous or "base", tenant="alpha")
+    fleet = alpha_at(previous)
     before = _fingerprints(fleet)
     before_rows = _contents(fleet, SCHEMAS[2:])
 
