@@ -50,6 +50,20 @@ _v = t.document_metadata
 _c = t.document_metadata_choices
 OPTION_COLUMNS = (_o.c.id, _o.c.field_id, _o.c.value, _o.c.position, _o.c.retired_at)
 
+_new_values = insert(_v)
+#: A document's value of a field, inserted or replaced; one row per value, all value columns
+#: given (those of other types NULL), so that one statement serves every type and a document's
+#: values go in one execution. Built once: ``excluded`` costs a millisecond to build.
+_UPSERT_VALUE = _new_values.on_conflict_do_update(
+    index_elements=[_v.c.document_id, _v.c.field_id],
+    # EXCLUDED's default, not now(): Citus refuses functions that are not IMMUTABLE in
+    # DO UPDATE SET; the default is the same now() of this transaction.
+    set_={
+        name: _new_values.excluded[name]
+        for name in ["field_type", *t.VALUE_COLUMNS.values(), "updated_at"]
+    },
+)
+
 
 def option(row: Row[Any]) -> FieldOption:
     """Return the field option in ``row``."""
@@ -240,8 +254,7 @@ class MetadataRepository(Repository):
         checked = {field_id: check_value(fields[field_id], v) for field_id, v in values.items()}
         if checked:
             with translated(self._conn, f"values {shown(values)} of document {document_id}"):
-                for field_id, value in checked.items():
-                    self._upsert(document_id, fields[field_id], value)
+                self._upsert(document_id, [(fields[f], value) for f, value in checked.items()])
         return checked
 
     def delete_value(self, document_id: uuid.UUID, field_id: uuid.UUID) -> bool:
@@ -338,25 +351,26 @@ class MetadataRepository(Repository):
             chosen.setdefault(row.field_id, set()).add(row.option_id)
         return {field_id: frozenset(ids) for field_id, ids in chosen.items()}
 
-    def _upsert(self, document_id: uuid.UUID, field: MetadataField, value: MetadataValue) -> None:
-        values: dict[str, Any] = {
-            "document_id": document_id,
-            "field_id": field.id,
-            "field_type": field.field_type.value,
-        }
-        if field.field_type is not FieldType.MULTI_SELECT:
-            values[t.VALUE_COLUMNS[field.field_type.value]] = value
-        statement = insert(_v).values(**values)
-        self._execute(
-            statement.on_conflict_do_update(
-                index_elements=[_v.c.document_id, _v.c.field_id],
-                # EXCLUDED's default, not now(): Citus refuses functions that are not IMMUTABLE
-                # in DO UPDATE SET; the default is the same now() of this transaction.
-                set_={k: statement.excluded[k] for k in [*values, "updated_at"]},
+    def _upsert(
+        self, document_id: uuid.UUID, values: list[tuple[MetadataField, MetadataValue]]
+    ) -> None:
+        rows = []
+        for field, value in values:
+            row: dict[str, Any] = dict.fromkeys(t.VALUE_COLUMNS.values())
+            if field.field_type is not FieldType.MULTI_SELECT:
+                row[t.VALUE_COLUMNS[field.field_type.value]] = value
+            rows.append(
+                {
+                    **row,
+                    "document_id": document_id,
+                    "field_id": field.id,
+                    "field_type": field.field_type.value,
+                }
             )
-        )
-        if isinstance(value, frozenset):
-            self._replace_choices(document_id, field.id, value)
+        self._execute(_UPSERT_VALUE, rows)
+        for field, value in values:
+            if isinstance(value, frozenset):
+                self._replace_choices(document_id, field.id, value)
 
     def _replace_choices(
         self, document_id: uuid.UUID, field_id: uuid.UUID, option_ids: Iterable[uuid.UUID]
