@@ -7,7 +7,9 @@ One run, one temporary database (dropped afterwards), one tenant:
   the synchronous one at 8 threads (a pool of 8), units per second;
 * **cost per statement**: a document read by id, one after another on one open transaction:
   ``await uow.documents.get(id)`` (dms.aio), ``uow.documents.get(id)`` (sync dms), and the same
-  SQL text on psycopg's ``AsyncConnection`` with nothing around it; p50 in microseconds;
+  SQL text on psycopg's ``AsyncConnection`` with nothing around it, and the same Core statement on
+  SQLAlchemy's ``AsyncConnection`` routed by ``schema_translate_map`` (no dms); p50 in
+  microseconds;
 * **handlers that wait on I/O**: jobs whose handler waits 10 ms (``await asyncio.sleep`` in an
   ``async def`` handler, ``time.sleep`` in a plain one), run by one ``dms.DocumentWorker`` from
   the first claim to the last completion: async handlers at concurrency 100 on one event loop
@@ -36,7 +38,7 @@ from pathlib import Path
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import dms
 from dms import jobs, migrations, provisioning, tenancy
@@ -142,6 +144,24 @@ async def _async_reads(url: URL, user: uuid.UUID, document_id: uuid.UUID, reads:
     return _p50_us(samples)
 
 
+async def _sqlalchemy_reads(url: URL, document_id: uuid.UUID, reads: int) -> float:
+    """The same read as a Core statement on SQLAlchemy's AsyncConnection, routed as dms routes
+    (``schema_translate_map``), nothing of dms around it: the floor of any path through
+    SQLAlchemy."""
+    engine = create_async_engine(url.set(drivername="postgresql+psycopg_async"))
+    routed = {None: tenancy.schema_name(TENANT)}
+    query = sa.select(documents).where(documents.c.id == document_id)
+    samples: list[float] = []
+    async with engine.connect() as opened:
+        conn = await opened.execution_options(schema_translate_map=routed)
+        for _ in range(reads):
+            started = time.perf_counter()
+            (await conn.execute(query)).one()
+            samples.append(time.perf_counter() - started)
+    await engine.dispose()
+    return _p50_us(samples)
+
+
 async def _raw_reads(url: URL, document_id: uuid.UUID, reads: int) -> float:
     """The same read as SQL text on psycopg's AsyncConnection, nothing around it."""
     schema = tenancy.schema_name(TENANT)
@@ -223,6 +243,7 @@ def main() -> None:
         sync_rate = _sync_units(url, user, args.units)
         async_rate = asyncio.run(_async_units(url, user, args.units))
         raw = asyncio.run(_raw_reads(url, document_id, args.reads))
+        core = asyncio.run(_sqlalchemy_reads(url, document_id, args.reads))
         bridged = asyncio.run(_async_reads(url, user, document_id, args.reads))
         plain = _sync_reads(url, user, document_id, args.reads)
         threaded = _handler_rate(url, args.jobs, asynchronous=False)
@@ -235,6 +256,7 @@ def main() -> None:
             f"{async_rate / sync_rate:.2f}",
         ),
         ("read by id, raw psycopg async, p50 µs", f"{raw:,.0f}", "1.00"),
+        ("read by id, SQLAlchemy AsyncConnection, p50 µs", f"{core:,.0f}", f"{core / raw:.2f}"),
         ("read by id, dms.aio, p50 µs", f"{bridged:,.0f}", f"{bridged / raw:.2f}"),
         ("read by id, sync dms, p50 µs", f"{plain:,.0f}", f"{plain / raw:.2f}"),
         (f"10 ms handlers, jobs/s, {THREADS} threads", f"{threaded:,.0f}", "1.00"),
