@@ -26,6 +26,9 @@ from dms.jobs import JobState
 from dms.testing import temporary_database
 from dms.users import create_users_stand_in
 
+#: Output and arguments of the command line, the same on any engine: not in the Citus run.
+pytestmark = pytest.mark.any_engine
+
 NOT_MIGRATED = "error: the database is not migrated: run `dms migrate` first"
 
 

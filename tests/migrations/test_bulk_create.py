@@ -192,6 +192,7 @@ def _dms(url: URL, *arguments: str, stdin: str | None = None) -> subprocess.Comp
     )
 
 
+@pytest.mark.any_engine
 def test_cli_creates_names_from_arguments_and_stdin(
     at_head: Engine, empty_database_url: URL
 ) -> None:
@@ -216,6 +217,7 @@ def test_cli_creates_names_from_arguments_and_stdin(
     assert [t.slug for t in tenancy.list_tenants(at_head)] == ["one", "taken", "three", "two"]
 
 
+@pytest.mark.any_engine
 def test_cli_one_tenant_keeps_its_one_line(at_head: Engine, empty_database_url: URL) -> None:
     created = _dms(empty_database_url, "tenants", "create", "solo")
     again = _dms(empty_database_url, "tenants", "create", "solo")
@@ -227,6 +229,7 @@ def test_cli_one_tenant_keeps_its_one_line(at_head: Engine, empty_database_url: 
     assert bad.stderr.startswith("error: invalid tenant name 'Solo'")
 
 
+@pytest.mark.any_engine
 def test_cli_create_json_has_one_object_per_tenant(
     at_head: Engine, empty_database_url: URL
 ) -> None:
@@ -246,6 +249,7 @@ def test_cli_create_json_has_one_object_per_tenant(
     assert all(isinstance(item["seconds"], float) for item in document["tenants"])
 
 
+@pytest.mark.any_engine
 def test_cli_drop_needs_yes_and_reports_each(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["d_one", "d_two", "d_three"])
 
@@ -267,6 +271,7 @@ def test_cli_drop_needs_yes_and_reports_each(at_head: Engine, empty_database_url
     assert tenancy.list_tenants(at_head) == []
 
 
+@pytest.mark.any_engine
 def test_cli_list_json(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["l_b", "l_a"])
 
@@ -280,6 +285,7 @@ def test_cli_list_json(at_head: Engine, empty_database_url: URL) -> None:
     ]
 
 
+@pytest.mark.any_engine
 def test_cli_a_names_file_it_cannot_read_is_one_line_and_creates_nothing(
     at_head: Engine, empty_database_url: URL, tmp_path: Path
 ) -> None:
@@ -294,6 +300,7 @@ def test_cli_a_names_file_it_cannot_read_is_one_line_and_creates_nothing(
     assert tenancy.list_tenants(at_head) == []
 
 
+@pytest.mark.any_engine
 def test_cli_a_line_of_a_names_file_that_is_not_utf8_fails_alone(
     at_head: Engine, empty_database_url: URL, tmp_path: Path
 ) -> None:

@@ -69,6 +69,7 @@ def test_upgrade_head_on_an_empty_database_then_again(db: Engine, empty_database
     assert migrations.fleet_status(db).healthy
 
 
+@pytest.mark.any_engine
 def test_downgrade_one_step(fleet: Engine, empty_database_url: URL) -> None:
     before = schema_rows(fleet, "tenant_alpha")
     result = run_alembic(empty_database_url, "downgrade", "-1")
@@ -120,6 +121,7 @@ def test_tenant_option_migrates_one_tenant(fleet: Engine, empty_database_url: UR
     assert fingerprint(fleet, "tenant_bravo") == bravo
 
 
+@pytest.mark.any_engine
 def test_dms_alembic_passes_every_argument_to_alembic(
     fleet: Engine, empty_database_url: URL
 ) -> None:
@@ -162,6 +164,7 @@ def test_dms_alembic_passes_every_argument_to_alembic(
     ],
     ids=["unknown", "invalid"],
 )
+@pytest.mark.any_engine
 def test_bad_tenant_fails_on_one_line(
     db: Engine, empty_database_url: URL, tenant: str, message: str
 ) -> None:

@@ -122,6 +122,7 @@ def test_a_mistyped_revision_is_one_error_before_anything_runs(at_head: Engine) 
     assert audit.commands() == []
 
 
+@pytest.mark.any_engine
 def test_a_downgrade_to_base_needs_yes_and_changes_nothing_without_it(
     at_head: Engine, empty_database_url: URL
 ) -> None:
@@ -154,6 +155,7 @@ def test_a_downgrade_to_base_needs_yes_and_changes_nothing_without_it(
     assert revisions(at_head, *schemas) == {**dict.fromkeys(schemas, HEAD), schemas[1]: None}
 
 
+@pytest.mark.any_engine
 def test_cli_mistyped_revision_is_one_line(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["t_a", "t_b"])
 
@@ -194,6 +196,7 @@ def test_an_unknown_tenant_is_refused_before_anything_runs(at_head: Engine) -> N
         migrations.upgrade(at_head, tenant="ghost")
 
 
+@pytest.mark.any_engine
 def test_settings_of_the_engine_reach_the_worker_processes(empty_database_url: URL) -> None:
     """A users table in another schema, named by the engine's settings only, never the env."""
     plain = sa.create_engine(empty_database_url, poolclass=sa.NullPool)
@@ -299,6 +302,7 @@ def test_check_lists_each_drifted_tenant_with_what_differs(
     ]
 
 
+@pytest.mark.any_engine
 def test_check_of_a_clean_fleet_exits_0(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["k_a", "k_b"])
 
@@ -312,6 +316,7 @@ def test_check_of_a_clean_fleet_exits_0(at_head: Engine, empty_database_url: URL
 # --- status, and a database that was never migrated ----------------------------------------
 
 
+@pytest.mark.any_engine
 def test_status_json_names_every_problem(at_head: Engine, empty_database_url: URL) -> None:
     provisioning.create_tenants(at_head, ["s_ok", "s_behind"])
     migrations.downgrade(at_head, PREVIOUS, tenant="s_behind")
@@ -332,6 +337,7 @@ def test_status_json_names_every_problem(at_head: Engine, empty_database_url: UR
     [["tenants", "create", "acme"], ["tenants", "list"], ["tenants", "drop", "acme", "--yes"]],
     ids=["create", "list", "drop"],
 )
+@pytest.mark.any_engine
 def test_an_unmigrated_database_is_one_line(
     db: Engine, empty_database_url: URL, command: list[str]
 ) -> None:
