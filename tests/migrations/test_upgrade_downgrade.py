@@ -98,22 +98,26 @@ _ACCESS_COLUMNS_FROM = {"folders": 7, "documents": 9}
 def fleet_at(server_url: URL) -> Iterator[Callable[[str | None], Engine]]:
     """A function that gives a fleet made at head and downgraded to a revision.
 
-    It downgrades the fleet of the last call when that one is at or above the revision, and
-    makes a new database otherwise (the first call, or a step test that ran out of order).
+    It downgrades the fleet of the last call when all its schemas are at one revision at or
+    above this one, and makes a new database otherwise (the first call, a step test that ran out
+    of order, or one that failed halfway: its failure stays its own).
     """
     with ExitStack() as current:
         engines: list[Engine] = []
 
         def at(revision: str | None) -> Engine:
-            if not engines or _height(revisions(engines[0], SHARED_SCHEMA)[SHARED_SCHEMA]) < (
-                _height(revision)
-            ):
+            if not engines or not _can_go_down(engines[0], revision):
                 current.close()
                 engines[:] = [_new_fleet(current, server_url)]
             migrations.downgrade(engines[0], revision or "base")
             return engines[0]
 
         yield at
+
+
+def _can_go_down(fleet: Engine, revision: str | None) -> bool:
+    at = set(revisions(fleet, *SCHEMAS).values())  # at base, None for every schema
+    return len(at) == 1 and _height(at.pop()) >= _height(revision)
 
 
 def _new_fleet(stack: ExitStack, server_url: URL) -> Engine:
