@@ -356,17 +356,12 @@ class MetadataRepository(Repository):
     ) -> None:
         rows = []
         for field, value in values:
+            kind = field.field_type.value
             row: dict[str, Any] = dict.fromkeys(t.VALUE_COLUMNS.values())
+            row.update(document_id=document_id, field_id=field.id, field_type=kind)
             if field.field_type is not FieldType.MULTI_SELECT:
-                row[t.VALUE_COLUMNS[field.field_type.value]] = value
-            rows.append(
-                {
-                    **row,
-                    "document_id": document_id,
-                    "field_id": field.id,
-                    "field_type": field.field_type.value,
-                }
-            )
+                row[t.VALUE_COLUMNS[kind]] = value
+            rows.append(row)
         self._execute(_UPSERT_VALUE, rows)
         for field, value in values:
             if isinstance(value, frozenset):

@@ -6,11 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from psycopg import sql
+from sqlalchemy.engine import URL, Connection, Engine
 
 from dms import tenancy
 from dms.domain import DocumentQuery
 from dms.schema import tenant as t
+from dms.schema.ddl import execute_ddl
 from dms.uow import UnitOfWork
 from tests.conftest import new_user
 from tests.recycling import Recycler
@@ -22,6 +24,12 @@ def own_engine(database_url: URL) -> Iterator[Engine]:
     engine = sa.create_engine(database_url)
     yield engine
     engine.dispose()
+
+
+def _add_column(conn: Connection, slug: str) -> None:
+    """A schema change of the tenant ``slug``: a column more on its tags."""
+    tags = sql.Identifier(tenancy.schema_name(slug), "tags")
+    execute_ddl(conn, sql.SQL("ALTER TABLE {} ADD COLUMN spare integer").format(tags))
 
 
 def _rows(engine: Engine, slug: str, table: sa.Table) -> list[tuple[object, ...]]:
@@ -53,11 +61,10 @@ def test_a_tenant_named_in_ddl_during_its_test_is_not_handed_out_again(
     own_engine: Engine,
 ) -> None:
     recycler = Recycler(own_engine)
-    with recycler.tenant() as first, own_engine.connect() as conn:
-        schema = tenancy.schema_name(first)
-        with conn.begin():  # rolled back: it counts all the same
-            conn.exec_driver_sql(f'ALTER TABLE "{schema}".tags ADD COLUMN spare integer')
-            conn.rollback()
+    # Rolled back: it counts all the same.
+    with recycler.tenant() as first, own_engine.connect() as conn, conn.begin():
+        _add_column(conn, first)
+        conn.rollback()
     with recycler.tenant() as second:
         pass
     assert second != first
@@ -71,9 +78,7 @@ def test_a_tenant_whose_catalog_changed_while_idle_is_replaced(
     with recycler.tenant() as first:
         pass
     with engine.begin() as conn:  # an engine the recycler does not watch
-        conn.exec_driver_sql(
-            f'ALTER TABLE "{tenancy.schema_name(first)}".tags ADD COLUMN spare integer'
-        )
+        _add_column(conn, first)
     with recycler.tenant() as second:
         pass
     assert second != first
