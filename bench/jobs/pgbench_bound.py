@@ -25,6 +25,7 @@ from sqlalchemy.engine import URL, Engine
 
 from bench.jobs import dms_queue
 from dms.jobs import _statements as statements
+from dms.jobs.claims import walked_tenants
 
 PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 WORKER = "pgbench"
@@ -51,13 +52,16 @@ def _sql(statement: Any, values: dict[str, str]) -> str:
 def script(kind: str, batch: int) -> str:
     """The pgbench script: claim ``batch`` jobs of ``kind``, then complete them in one statement."""
     order = _sql(statements.claimer_settings_statement(), {})
+    # The very same SQL as the Worker's claims while no tenant has limits (limits=False).
     claim = _sql(
-        statements.claim_statement(True),  # the bound runs the very same SQL
+        statements.claim_statement(True, limited=False),
         {
             "worker_id": f"'{WORKER}'",
             "limit": str(batch),
             "lease": f"'{int(timedelta(minutes=5).total_seconds())} seconds'",
             "kinds": f"'{{{kind}}}'",
+            "after_tenant": "''",
+            "tenants": str(walked_tenants(batch)),
         },
     )
     complete = _sql(statements.complete_many_statement(), {"acked": ":acked"})
