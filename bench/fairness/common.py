@@ -30,8 +30,8 @@ class Scenario:
     #: Whether pgqueuer's and procrastinate's tables are analyzed once the backlog is in (as
     #: autovacuum would be within a minute or so), rather than planned as an empty queue.
     analyze: bool = True
-    #: Whether dms.jobs also runs with the bulk tenant limited (slow behind a large backlog
-    #: of short jobs: see results/fairness.md).
+    #: Whether dms.jobs also runs with the bulk tenant limited to 3 running, a limit that
+    #: binds (slow behind a large backlog of short jobs: see results/fairness.md).
     with_limit: bool = False
 
 

@@ -1,7 +1,8 @@
 """Fairness between tenants, side by side: dms.jobs, pgqueuer, procrastinate.
 
     python -m bench.fairness [--url URL] [--systems dms,pgqueuer,procrastinate]
-        [--bulk 20000] [--window 60] [--concurrency 4] [--handler-ms 1] [--no-analyze] [--write]
+        [--bulk 20000] [--window 60] [--concurrency 4] [--handler-ms 1] [--no-analyze]
+        [--with-limit] [--write]
 
 Tenant ``bulk`` enqueues ``--bulk`` jobs at once; ten other tenants each enqueue one job per
 second; every system's worker runs ``--concurrency`` handlers at a time, each sleeping
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument(
         "--with-limit",
         action="store_true",
-        help="dms.jobs also with the bulk tenant limited to 3 running (use a --bulk of 10000)",
+        help="dms.jobs also with the bulk limited to 3 running (slow: use a --bulk of 10000)",
     )
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
     args = parser.parse_args()

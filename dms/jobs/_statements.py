@@ -487,8 +487,9 @@ def _allowances(held: sa.ColumnElement[Any]) -> sa.CTE:
     """How many more jobs each limit of a held tenant lets start now (``NULL``: no limit).
 
     The lesser of ``max_running`` less the jobs running (of the tenant, or of the tenant's
-    kind) and the whole tokens of the rate limit. One scan of the running rows
-    (``ix_processing_jobs_lease``), only for the held tenants.
+    kind) and the whole tokens of the rate limit. A range of each held tenant's running rows
+    (``ix_processing_jobs_tenant_state``), whatever its finished jobs or other tenants' running
+    ones.
     """
     counted = _running_under(limits)
     by_running = sa.case(

@@ -7,9 +7,10 @@ the whole fleet, and a job names its tenant in a column.
 Only runnable rows are in the claim path: ``ix_processing_jobs_claim`` holds ``queued`` rows
 only, by tenant (a claim walks the tenants in it, :mod:`dms.jobs._statements`), and
 ``ix_processing_jobs_lease`` holds ``running`` rows only, so finished jobs, however many, never
-slow a claim down. The table is small and hot (every job is inserted, updated two or three
-times and deleted by ``prune``), so autovacuum is told to visit it far more often than the
-default 20 % of dead rows would.
+slow a claim down; a tenant's running jobs, which its limits count, are a range of
+``ix_processing_jobs_tenant_state``. The table is small and hot (every job is inserted, updated
+two or three times and deleted by ``prune``), so autovacuum is told to visit it far more often
+than the default 20 % of dead rows would.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ processing_jobs = sa.Table(
         "finished_at",
         postgresql_where=sa.text("state IN ('done', 'dead', 'cancelled')"),
     ),
-    sa.Index("ix_processing_jobs_tenant", "tenant"),
+    # A tenant's jobs in one state: the running ones its limits count (a claim does, under its
+    # lock), and those of a dropped tenant (the foreign key's cascade reads the first column).
+    sa.Index("ix_processing_jobs_tenant_state", "tenant", "state"),
 )
 """One row per job; see :class:`dms.jobs.Job` for the meaning of each column."""
 
