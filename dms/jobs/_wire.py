@@ -49,11 +49,6 @@ def seconds(column: sa.ColumnElement[datetime]) -> sa.ColumnElement[float]:
     return sa.func.date_part(sa.literal_column("'epoch'"), column, type_=sa.Float)
 
 
-def encode(rows: list[dict[str, Any]]) -> str:
-    """The document of ``rows`` (JSON-serialisable values)."""
-    return json.dumps(rows, separators=(",", ":"))
-
-
 def decode(document: str) -> list[Any]:
     """The values of a :func:`document`."""
     values: list[Any] = json.loads(document)

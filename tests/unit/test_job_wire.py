@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -37,6 +38,6 @@ def test_a_timestamp_seen_before_is_the_same_object() -> None:
     assert convert(1_796_000_000.5) is convert(1_796_000_000.5)
 
 
-def test_documents_round_trip() -> None:
+def test_a_document_is_read_as_the_json_it_is() -> None:
     rows: list[dict[str, Any]] = [{"id": "x", "payload": {"n": 1}}, {"id": "y", "payload": None}]
-    assert wire.decode(wire.encode(rows)) == rows
+    assert wire.decode(json.dumps(rows)) == rows

@@ -7,7 +7,9 @@ database: a part that raises is replaced and counted).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -17,6 +19,7 @@ from datetime import datetime, timezone
 import pytest
 
 from dms.jobs import Job, JobState
+from dms.jobs.settlement import _acked
 from dms.jobs.worker._book import Claim, ClaimBook
 from dms.jobs.worker._completer import take_batch
 from dms.jobs.worker._settler import PRINTABLE_CHARS, printable_error
@@ -229,6 +232,15 @@ def test_a_batch_takes_what_waits_up_to_its_limit() -> None:
     rest = _feed(claims[1:])
     batch, carried = take_batch(claims[0], lambda: next(rest), limit=3)
     assert (batch, carried) == (claims[:3], None)
+
+
+def test_the_completion_document_holds_each_fence_as_json_would_write_it() -> None:
+    batch = [_job(attempts=n) for n in (1, 7, 25)]
+    batch.append(dataclasses.replace(_job(), locked_by='host:1:"w"\\\u00e9\u2028'))
+    assert json.loads(_acked(batch)) == [
+        {"position": n, "id": job.id.hex, "locked_by": job.locked_by, "attempts": job.attempts}
+        for n, job in enumerate(batch, 1)
+    ]
 
 
 def test_a_second_claim_of_a_job_in_the_batch_waits_for_the_next_batch() -> None:
