@@ -19,6 +19,7 @@ from dms.domain.validation import check_flag
 from dms.errors import ValidationError
 from dms.jobs._rows import claimed_jobs, job_of_row
 from dms.jobs._statements import (
+    QUEUE_ORDER_SETTINGS,
     claim_statement,
     lock_limits_statement,
     queue_order_statement,
@@ -71,9 +72,9 @@ def dequeue(
     statements (the limited tenants' locks, then the claim), whose text depends only on whether
     ``kinds`` is given (so they are prepared once per connection).
 
-    In a transaction, the claim runs with ``enable_sort`` and ``jit`` off (restored
-    afterwards), so that it always walks the queue index in order and stops after ``limit``
-    rows, whatever the table's statistics say (two more round trips). On an autocommit
+    In a transaction, the claim runs with ``enable_sort``, ``enable_bitmapscan`` and ``jit`` off
+    (restored afterwards), so that it always walks the queue index in order and stops after
+    ``limit`` rows, whatever the table's statistics say (two more round trips). On an autocommit
     connection the settings would not last until the claim, so the planner decides alone, and
     tenants with limits (:mod:`dms.jobs.limits`) are left out of the claim: their locks would
     end with the statement that took them.
@@ -88,12 +89,13 @@ def dequeue(
     params = claim_params(worker_id, kinds, limit, lease, after_tenant)
     if _autocommit(conn):
         return _claim(conn, worker_id, params)
-    enable_sort, jit = conn.execute(queue_order_statement()).one()[:2]
+    row = conn.execute(queue_order_statement()).one()._mapping
+    previous = {name: row[name] for name in QUEUE_ORDER_SETTINGS}
     try:
         return _claim(conn, worker_id, params)
     finally:
-        if (enable_sort, jit) != ("off", "off"):
-            conn.execute(restore_order_statement(), {"enable_sort": enable_sort, "jit": jit})
+        if any(previous[name] != "off" for name in QUEUE_ORDER_SETTINGS):
+            conn.execute(restore_order_statement(), previous)
 
 
 def _claim(conn: Connection, worker_id: str, params: dict[str, Any]) -> list[Job]:

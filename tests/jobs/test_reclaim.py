@@ -170,6 +170,7 @@ def test_dequeue_in_a_transaction_leaves_the_planner_settings_as_they_were(
         jit = conn.scalar(sa.select(sa.func.current_setting("jit")))
         (job,) = jobs.dequeue(conn, "w", kinds=[kind], lease=LONG_LEASE)
         assert conn.scalar(sa.select(sa.func.current_setting("enable_sort"))) == "on"
+        assert conn.scalar(sa.select(sa.func.current_setting("enable_bitmapscan"))) == "on"
         assert conn.scalar(sa.select(sa.func.current_setting("jit"))) == jit
         assert job.attempts == 1
 
