@@ -82,6 +82,7 @@ def process(url: URL, probe: Engine, count: int, clients: int, batch: int) -> fl
     runs = max(1, count // (clients * batch))
     # A spare batch per client: the last claims never find the queue short.
     dms_queue.fill(probe, kind, (runs + 1) * clients * batch)
+    dms_queue.vacuum(probe)
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
         file.write(script(kind, batch))
         file.flush()

@@ -77,6 +77,7 @@ def process(url: str, count: int, concurrency: int, batch_size: int) -> float:
         for start in range(0, count, 1000):
             size = min(1000, count - start)
             await queries.enqueue([ENTRYPOINT] * size, [None] * size, [0] * size)
+        await conn.execute("VACUUM ANALYZE pgqueuer")  # as dms.jobs' runs get (dms_queue.vacuum)
         worker_conn = await asyncpg.connect(dsn(url))
         manager = QueueManager(Queries(AsyncpgDriver(worker_conn)))
 
