@@ -33,6 +33,8 @@ class Scenario:
     #: Whether dms.jobs also runs with the bulk tenant limited to 3 running, a limit that
     #: binds (slow behind a large backlog of short jobs: see results/fairness.md).
     with_limit: bool = False
+    #: dms.jobs also runs with every tenant limited to each of these many running jobs.
+    every_tenant_limits: tuple[int, ...] = ()
 
 
 @dataclass(kw_only=True)

@@ -7,10 +7,11 @@ lasts until the backlog is drained, and the run until every job is done. The ten
 enqueue-to-start waits come from the rows' ``created_at`` and ``started_at``; the backlog's
 drain rate is its size over the time until no bulk job is left.
 
-Each entry of :data:`CONFIGURATIONS` is one more run on the same database with the trickle
-(the first also drains the bulk alone, the measure of every configuration), with the Worker's
-options and the per-tenant limits (:class:`dms.jobs.Limit`) set for its run. Each run starts on
-a vacuumed table, as autovacuum would leave it between runs; within a run nothing vacuums.
+Each configuration (:data:`SHARED`, then those the scenario asks for) is one more run on the
+same database with the trickle (the first also drains the bulk alone, the measure of every
+configuration), with the Worker's options and the per-tenant limits (:class:`dms.jobs.Limit`)
+set for its run. Each run starts on a vacuumed table, as autovacuum would leave it between
+runs; within a run nothing vacuums.
 """
 
 from __future__ import annotations
@@ -44,22 +45,19 @@ class Configuration:
     limits: tuple[jobs.Limit, ...] = ()
 
 
-#: How many jobs at once every tenant may run in the limited configuration: a per-tenant cap
-#: of the kind an operator sets for all, above what one Worker of four runners claims ahead of
-#: them at this pace, so it holds the backlog back only by what the limits' locks and
-#: arithmetic cost each claim.
-EVERY_TENANT_RUNNING = 64
+#: The Worker's configuration without limits, run alone and with the trickle.
+SHARED = Configuration("claims shared between tenants (no limit)")
 
-#: The Worker's configurations, each run with the trickle.
-CONFIGURATIONS = (
-    Configuration("claims shared between tenants (no limit)"),
-    Configuration(
-        f"claims shared, every tenant limited to {EVERY_TENANT_RUNNING} running",
-        limits=tuple(
-            jobs.Limit(tenant=name, max_running=EVERY_TENANT_RUNNING) for name in (BULK, *SMALL)
-        ),
-    ),
-)
+
+def every_tenant_limited(max_running: int) -> Configuration:
+    """Every tenant limited to ``max_running`` jobs at once: a per-tenant cap an operator sets
+    for all (``--every-tenant-limit``; 0: no such run)."""
+    return Configuration(
+        f"claims shared, every tenant limited to {max_running} running",
+        limits=tuple(jobs.Limit(tenant=name, max_running=max_running) for name in (BULK, *SMALL)),
+    )
+
+
 #: With ``--with-limit``: a limit that binds. It leaves the small tenants one of the four
 #: runners whatever the backlog, and costs the backlog far more than that one runner (slow
 #: behind a large backlog of short jobs: see results/fairness.md).
@@ -75,7 +73,9 @@ def run(server: URL, scenario: Scenario) -> list[Outcome]:
     with temporary_database(server, prefix="dms_bench_fair") as url:
         engine = _prepare(url)
         try:
-            chosen = (*CONFIGURATIONS, BINDING) if scenario.with_limit else CONFIGURATIONS
+            chosen = [SHARED]
+            chosen += [every_tenant_limited(n) for n in scenario.every_tenant_limits]
+            chosen += [BINDING] if scenario.with_limit else []
             for index, configuration in enumerate(chosen):
                 # The bulk alone once, without limits: what every configuration is measured by.
                 for with_trickle in (False, True) if index == 0 else (True,):

@@ -2,7 +2,7 @@
 
     python -m bench.fairness [--url URL] [--systems dms,pgqueuer,procrastinate]
         [--bulk 20000] [--window 60] [--concurrency 4] [--handler-ms 1] [--no-analyze]
-        [--with-limit] [--write]
+        [--every-tenant-limit N ...] [--with-limit] [--write]
 
 Tenant ``bulk`` enqueues ``--bulk`` jobs at once; ten other tenants each enqueue one job per
 second; every system's worker runs ``--concurrency`` handlers at a time, each sleeping
@@ -63,6 +63,13 @@ def main() -> None:
         action="store_true",
         help="dms.jobs also with the bulk limited to 3 running (slow: use a --bulk of 10000)",
     )
+    parser.add_argument(
+        "--every-tenant-limit",
+        type=int,
+        action="append",
+        default=[],
+        help="dms.jobs also with every tenant limited to this many running (repeatable)",
+    )
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -76,6 +83,7 @@ def main() -> None:
         window_s=args.window,
         analyze=not args.no_analyze,
         with_limit=args.with_limit,
+        every_tenant_limits=tuple(args.every_tenant_limit),
     )
     server = normalize_url(args.url)
     started = datetime.now(timezone.utc)
