@@ -382,7 +382,7 @@ def test_new_job_takes_its_fields_as_keywords_with_their_defaults() -> None:
     job = jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=3)
     moved = dataclasses.replace(job, priority=4)
     assert moved == jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=4)
-    assert moved._payload_json == job._payload_json
+    assert moved._fields_json != job._fields_json  # written anew, with the new priority
     assert repr(job).startswith("NewJob(kind='k', payload={'a': [1]}, tenant='acme'")
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.kind = "other"  # type: ignore[misc]
