@@ -259,8 +259,7 @@ def _insert(
     keyed = any(map(_key_of, new_jobs))  # a key is never blank, hence true when set
     params: dict[str, Any] = {
         "batch": _batch_document(new_jobs, ids),
-        "slugs": slugs,
-        "tenant_count": len(slugs),
+        "slugs": "[" + ",".join(map(_string, slugs)) + "]",
     }
     if keyed:
         params["key_retention"] = key_retention
