@@ -141,26 +141,34 @@ def require_json(payload: object) -> str:
     integers), and more than :data:`MAX_PAYLOAD_CHARS` characters or :data:`MAX_PAYLOAD_DEPTH`
     levels. The text ``\\u0000`` (a backslash, then ``u0000``) is fine.
     """
+    try:
+        text = flat_json(payload)
+    except ValueError as exc:  # an int of more digits than Python writes
+        raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
+    if text is None:
+        return _require_encoded(payload)
+    # The text checks only where they might find something (a call saved per job).
+    if len(text) > MAX_PAYLOAD_CHARS or "\\u0000" in text or not text.isascii():
+        _require_payload_text(text)
+    return text
+
+
+def _require_encoded(payload: object) -> str:
+    """:func:`require_json` of a payload that is not flat (:func:`flat_json`): encode, decode."""
     if payload is None:
         raise ValidationError("payload must not be None: use {} for a job without arguments")
     try:
-        text = flat_json(payload)
-        flat = text is not None
-        if text is None:
-            text = strict_json(payload)
+        text = strict_json(payload)
     except RecursionError:
         raise ValidationError(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
     _require_payload_text(text)
-    if not flat:
-        try:
-            decoded = json.loads(text)
-        except RecursionError:
-            raise ValidationError(
-                f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
-            ) from None
-        _require_payload_value(payload, decoded, text)
+    try:
+        decoded = json.loads(text)
+    except RecursionError:
+        raise ValidationError(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
+    _require_payload_value(payload, decoded, text)
     return text
 
 
