@@ -19,10 +19,11 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from dms import tenancy
 from dms.domain.validation import shown
-from dms.driver_errors import refused
+from dms.driver_errors import refusal_of
 from dms.errors import TenantNotFound, ValidationError
 from dms.jobs._driver import execute
 from dms.jobs._ids import new_job_ids
@@ -263,9 +264,7 @@ def _insert(
     }
     if keyed:
         params["key_retention"] = key_retention
-    # Only if a tenant was dropped between the statement's check and its insert.
-    with refused(tenant_dropped("a tenant of the batch was dropped meanwhile")):
-        rows = execute(conn, insert_statement(keyed=keyed), params)
+    rows = _execute(conn, insert_statement(keyed=keyed), params)
     if not keyed:
         if rows[0][0] == len(new_jobs):
             # Built as the tuples they are: Enqueued's own __new__ is Python, per job.
@@ -283,6 +282,27 @@ def _insert(
         again = iter(_insert(conn, [new_jobs[i] for i in vanished], key_retention))
         return [result if result is not None else next(again) for result in results]
     return [result for result in results if result is not None]
+
+
+#: Only if a tenant was dropped between the statement's check and its insert.
+_TENANT_DROPPED = tenant_dropped("a tenant of the batch was dropped meanwhile")
+
+
+def _execute(
+    conn: Connection, statement: sa.Executable, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """:func:`~dms.jobs._driver.execute`, a dropped tenant's refusal raised as TenantNotFound.
+
+    As :func:`~dms.driver_errors.refused` would, only without a context manager and the
+    mapping built per call (16k instructions of the 240k an enqueue of one job costs).
+    """
+    try:
+        return execute(conn, statement, params)
+    except DBAPIError as exc:
+        error = refusal_of(exc, _TENANT_DROPPED)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def require_tenants(conn: Connection, slugs: Sequence[str]) -> None:
