@@ -8,7 +8,8 @@ call its own transaction, dms' jobs built and validated inside the timed loop), 
 processing runs, and interleaved finely: each round runs both systems in slices of
 ``--slice`` calls, taking turns (which one starts alternates), and sums each system's time.
 Load from other processes on a shared machine then falls on both alike; each round's ratio
-is printed, then their medians. ``--pgqueuer-payloads`` gives pgqueuer's jobs the payloads
+is printed (with each system's client CPU per call, both clients running in this process),
+then their medians. ``--pgqueuer-payloads`` gives pgqueuer's jobs the payloads
 dms' jobs carry (``{"n": ...}``, JSON-encoded by the caller as pgqueuer wants bytes); by
 default, as in ``python -m bench.jobs``, they carry none.
 """
@@ -23,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
+from typing import NamedTuple
 
 import asyncpg
 from pgqueuer.db import AsyncpgDriver
@@ -37,8 +39,8 @@ from dms.testing import temporary_database
 BATCH = 100
 
 
-def main() -> None:
-    """Run the rounds and print their figures."""
+def parse_args() -> argparse.Namespace:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=DEFAULT_URL)
     parser.add_argument("--rounds", type=int, default=9)
@@ -50,7 +52,12 @@ def main() -> None:
         action="store_true",
         help="give pgqueuer's jobs dms' payloads, JSON-encoded (the bench gives it none)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Run the rounds and print their figures."""
+    args = parse_args()
     server = normalize_url(args.url)
     with ExitStack() as stack:
         dms_url = stack.enter_context(temporary_database(server, prefix="bench_enq_dms"))
@@ -109,24 +116,44 @@ def main() -> None:
         dms_single(20)  # warm up: statements prepared, caches filled
         pgq_single(20)
         ratios: dict[str, list[float]] = {shape: [] for shape in shapes}
+        cpu: dict[str, list[tuple[float, float]]] = {shape: [] for shape in shapes}
         for n in range(args.rounds):
             line = []
             for shape, (dms_run, pgq_run, total, size) in shapes.items():
-                dms_s, pgq_s = interleaved(dms_run, pgq_run, total, size, dms_first=n % 2 == 0)
+                spent = interleaved(dms_run, pgq_run, total, size, dms_first=n % 2 == 0)
                 jobs_done = total * (BATCH if shape == "batch" else 1)
-                ratios[shape].append(pgq_s / dms_s)
+                ratios[shape].append(spent.second / spent.first)
+                cpu[shape].append((spent.first_cpu / total, spent.second_cpu / total))
                 line.append(
-                    f"{shape}: dms {jobs_done / dms_s:,.0f} pgq {jobs_done / pgq_s:,.0f} "
-                    f"= {ratios[shape][-1]:.2f}x"
+                    f"{shape}: dms {jobs_done / spent.first:,.0f} "
+                    f"pgq {jobs_done / spent.second:,.0f} = {ratios[shape][-1]:.2f}x "
+                    f"(CPU µs/call {cpu[shape][-1][0] * 1e6:,.0f}/{cpu[shape][-1][1] * 1e6:,.0f})"
                 )
             print(f"round {n + 1}: " + " | ".join(line), flush=True)
             dms_queue.delete_kind(engine, kind)
             loop.run_until_complete(queries.clear_queue())
-        for shape, values in ratios.items():
-            print(
-                f"{shape}: median ratio dms/pgqueuer {statistics.median(values):.2f}x "
-                f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} rounds)"
-            )
+        summarize(ratios, cpu)
+
+
+def summarize(ratios: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]]) -> None:
+    """Print each shape's median ratio and the medians of both clients' CPU per call."""
+    for shape, values in ratios.items():
+        dms_cpu = statistics.median(c[0] for c in cpu[shape]) * 1e6
+        pgq_cpu = statistics.median(c[1] for c in cpu[shape]) * 1e6
+        print(
+            f"{shape}: median ratio dms/pgqueuer {statistics.median(values):.2f}x "
+            f"(min {min(values):.2f}, max {max(values):.2f}, {len(values)} rounds); "
+            f"client CPU per call, medians: dms {dms_cpu:,.0f} µs, pgqueuer {pgq_cpu:,.0f} µs"
+        )
+
+
+class Spent(NamedTuple):
+    """Seconds of ``first`` and ``second``: on the clock, and of this process' CPU."""
+
+    first: float
+    second: float
+    first_cpu: float
+    second_cpu: float
 
 
 def interleaved(
@@ -136,19 +163,25 @@ def interleaved(
     size: int,
     *,
     dms_first: bool,
-) -> tuple[float, float]:
-    """Seconds each of ``first`` and ``second`` took for ``total`` calls, in turns of ``size``."""
+) -> Spent:
+    """Time each of ``first`` and ``second`` took for ``total`` calls, in turns of ``size``.
+
+    CPU time (``time.process_time``: this process, user and system) is the client's share
+    alone, which other processes' load does not move much; both clients run in this process.
+    """
     spent = [0.0, 0.0]
+    cpu = [0.0, 0.0]
     order = ((0, first), (1, second)) if dms_first else ((1, second), (0, first))
     done = 0
     while done < total:
         step = min(size, total - done)
         for index, run in order:
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             run(step)
             spent[index] += time.perf_counter() - started
+            cpu[index] += time.process_time() - started_cpu
         done += step
-    return spent[0], spent[1]
+    return Spent(spent[0], spent[1], cpu[0], cpu[1])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection
+from itertools import repeat
 
 _RANDOM_BITS = 74  # rand_a (12 bits) and rand_b (62 bits) of the layout, as one counter
 _RANDOM_MASK = (1 << _RANDOM_BITS) - 1
@@ -49,10 +50,10 @@ def new_job_ids(count: int) -> list[uuid.UUID]:
             # consecutive integers (an increment that carried into rand_a would not be).
             first = _layout(ms, random + 1)
             _last = (ms, random + count)
-            values: Iterable[int] = range(first, first + count)
+            values: Collection[int] = range(first, first + count)
         else:
             values = _stepped(ms, random, count, drawn)
-    return [uuid_of(value) for value in values]
+    return uuids_of(values)
 
 
 def _stepped(ms: int, random: int, count: int, drawn: int) -> list[int]:
@@ -86,7 +87,22 @@ def uuid_of(value: int) -> uuid.UUID:
     return made
 
 
+def uuids_of(values: Collection[int]) -> list[uuid.UUID]:
+    """The UUIDs of 128-bit integers, each as :func:`uuid_of` makes it, in loops that run in C.
+
+    2.7k instructions per id instead of 4.4k (callgrind), 100 per batch of jobs enqueued.
+    """
+    made: list[uuid.UUID] = list(map(_new, repeat(uuid.UUID, len(values))))
+    # Each call returns None: any() runs the map to its end.
+    any(map(_set_int, made, values))
+    any(map(_set_is_safe, made, repeat(_UNKNOWN)))
+    return made
+
+
 _new = object.__new__
 _set = object.__setattr__
+#: The slots' own setters (UUID has __slots__ and a __setattr__ that refuses every write).
+_set_int = vars(uuid.UUID)["int"].__set__
+_set_is_safe = vars(uuid.UUID)["is_safe"].__set__
 #: Read once: an enum member's lookup runs Python code (0.1 µs), per id made.
 _UNKNOWN = uuid.SafeUUID.unknown

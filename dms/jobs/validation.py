@@ -141,6 +141,20 @@ def require_json(payload: object) -> str:
     integers), and more than :data:`MAX_PAYLOAD_CHARS` characters or :data:`MAX_PAYLOAD_DEPTH`
     levels. The text ``\\u0000`` (a backslash, then ``u0000``) is fine.
     """
+    try:
+        text = flat_json(payload)
+    except ValueError as exc:  # an int of more digits than Python writes
+        raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
+    if text is None:
+        return _require_encoded(payload)
+    # The text checks only where they might find something (a call saved per job).
+    if len(text) > MAX_PAYLOAD_CHARS or "\\u0000" in text or not text.isascii():
+        _require_payload_text(text)
+    return text
+
+
+def _require_encoded(payload: object) -> str:
+    """:func:`require_json` of a payload that is not flat (:func:`flat_json`): encode, decode."""
     if payload is None:
         raise ValidationError("payload must not be None: use {} for a job without arguments")
     try:
@@ -150,14 +164,11 @@ def require_json(payload: object) -> str:
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"payload is not JSON-serialisable: {exc}") from None
     _require_payload_text(text)
-    if not _flat(payload):
-        try:
-            decoded = json.loads(text)
-        except RecursionError:
-            raise ValidationError(
-                f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
-            ) from None
-        _require_payload_value(payload, decoded, text)
+    try:
+        decoded = json.loads(text)
+    except RecursionError:
+        raise ValidationError(f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
+    _require_payload_value(payload, decoded, text)
     return text
 
 
@@ -185,26 +196,38 @@ def strict_json(value: object) -> str:
     return "".join(encode(value, 0))
 
 
-#: Types whose values JSON gives back equal, and as the same type (exact types: a subclass
-#: such as an ``IntEnum`` member is written as its base type's value).
-_PLAIN = frozenset({str, int, bool, type(None)})
+#: How :func:`flat_json` writes each type of value it takes, as :data:`_STRICT_JSON` writes it.
+#: Exact types only: JSON gives their values back equal and as the same type (a subclass
+#: such as an ``IntEnum`` member is written as its base type's value), so a payload of them
+#: needs no decoding to compare.
+_FLAT_VALUES: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring,
+    int: int.__repr__,
+    bool: ("false", "true").__getitem__,
+    type(None): {None: "null"}.__getitem__,
+}
 
 
-def _flat(payload: object) -> bool:
-    """Whether ``payload`` is a dict of ``str`` keys to plain values (:data:`_PLAIN`).
+def flat_json(payload: object) -> str | None:
+    """The JSON text of the usual payload, a dict of ``str`` keys to plain values, else ``None``.
 
-    The usual payload (ids and options). Such a payload reads back equal once encoded: no
+    The same text as :func:`strict_json` (a test compares them), written without the encoder:
+    building the C encoder and joining its pieces cost 1.3 µs for ``{"n": 1}``, once per
+    enqueued job; this costs a third of it. Such a payload reads back equal once encoded: no
     tuple, no key that JSON would make a string, no nesting, no float (one of 1e16 or more
-    would read back as an int); its text was checked for NUL and lone surrogates. Decoding it
-    again, to compare, would cost more than encoding it did.
+    would read back as an int), so decoding it again, to compare, is not needed either; its
+    text is still checked for NUL and lone surrogates. An ``int`` of more digits than Python
+    writes raises :class:`ValueError`, as from the encoder.
     """
     if type(payload) is not dict:
-        return False
-    # A loop rather than all() over a generator: half the time, for a few items.
+        return None
+    items = []
     for key, value in payload.items():
-        if type(key) is not str or type(value) not in _PLAIN:
-            return False
-    return True
+        write = _FLAT_VALUES.get(type(value))
+        if write is None or type(key) is not str:
+            return None
+        items.append(f"{encode_basestring(key)}: {write(value)}")
+    return "{" + ", ".join(items) + "}"
 
 
 def _require_payload_text(text: str) -> None:

@@ -15,14 +15,16 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine
 
-from dms import jobs
+from dms import jobs, provisioning
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
 from dms.jobs import validation
 from dms.jobs._statements import NOTIFY_CHANNEL
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
 from dms.jobs.tables import job_idempotency_keys, processing_jobs
+from dms.schema.shared import tenants
 from dms.uow import UnitOfWork
-from tests.jobs.conftest import count_jobs, frontend_messages
+from tests.conftest import new_slug
+from tests.jobs.conftest import count_jobs, frontend_messages, wait_for
 
 
 @pytest.fixture
@@ -382,7 +384,7 @@ def test_new_job_takes_its_fields_as_keywords_with_their_defaults() -> None:
     job = jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=3)
     moved = dataclasses.replace(job, priority=4)
     assert moved == jobs.NewJob(kind="k", payload={"a": [1]}, tenant="acme", priority=4)
-    assert moved._payload_json == job._payload_json
+    assert moved._fields_json != job._fields_json  # written anew, with the new priority
     assert repr(job).startswith("NewJob(kind='k', payload={'a': [1]}, tenant='acme'")
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.kind = "other"  # type: ignore[misc]
@@ -431,3 +433,39 @@ def test_strict_json_refuses_a_circular_payload() -> None:
     circular.append(circular)
     with pytest.raises(ValueError, match="Circular reference"):
         validation.strict_json(circular)
+
+
+def test_a_tenant_dropped_during_the_insert_is_tenant_not_found(engine: Engine, kind: str) -> None:
+    # The statement's own check reads the tenant (the drop is not committed yet); the foreign
+    # key's check then waits for the drop's lock and finds the tenant gone.
+    doomed = new_slug()
+    provisioning.create_tenant(engine, doomed)
+    outcome: list[BaseException] = []
+
+    def enqueue() -> None:
+        try:
+            with engine.begin() as conn:
+                jobs.enqueue(conn, kind, {}, tenant=doomed)
+        except BaseException as exc:  # any outcome, for the test's thread to check
+            outcome.append(exc)
+
+    with engine.connect() as dropping:
+        dropping.execute(sa.delete(tenants).where(tenants.c.slug == doomed))
+        dropper = dropping.scalar(sa.select(sa.func.pg_backend_pid()))
+        enqueuing = threading.Thread(target=enqueue)
+        enqueuing.start()
+        wait_for(lambda: _blocked_by(engine, dropper))
+        dropping.commit()
+    enqueuing.join(timeout=30)
+    assert [type(exc) for exc in outcome] == [TenantNotFound]
+    assert "dropped meanwhile" in str(outcome[0])
+    with engine.connect() as conn:
+        assert count_jobs(conn, kind) == 0
+
+
+def _blocked_by(engine: Engine, pid: int | None) -> bool:
+    """Whether a session waits for a lock that session ``pid`` holds."""
+    blocking = sa.func.pg_blocking_pids(sa.column("pid"))
+    query = sa.select(sa.func.count()).select_from(sa.table("pg_stat_activity"))
+    with engine.connect() as conn:
+        return bool(conn.scalar(query.where(sa.literal(pid) == sa.any_(blocking))))

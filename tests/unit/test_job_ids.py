@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from dms.jobs import _ids
-from dms.jobs._ids import new_job_ids, uuid_of
+from dms.jobs._ids import new_job_ids, uuid_of, uuids_of
 
 
 def test_ids_are_version_7_of_the_rfc_variant() -> None:
@@ -74,6 +74,17 @@ def test_uuid_of_builds_the_same_uuid_as_its_constructor() -> None:
     assert hash(made) == hash(expected)
     assert str(made) == str(expected)
     assert made.is_safe is expected.is_safe
+
+
+def test_uuids_of_builds_the_same_uuids_as_the_constructor() -> None:
+    values = [uuid.uuid4().int for _ in range(3)] + [0, 2**128 - 1]
+    made = uuids_of(values)
+    expected = [uuid.UUID(int=value) for value in values]
+    assert made == expected
+    assert [type(one) for one in made] == [uuid.UUID] * len(values)
+    assert [str(one) for one in made] == [str(one) for one in expected]
+    assert [one.is_safe for one in made] == [one.is_safe for one in expected]
+    assert uuids_of([]) == []
 
 
 def _one_at_a_time(last: tuple[int, int], now_ms: int, drawn: int, count: int) -> list[int]:
