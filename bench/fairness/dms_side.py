@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from bench.fairness.common import BULK, ENQUEUE_BATCH, SMALL, Outcome, Scenario, trickle
+from bench.jobs import dms_queue
 from dms import jobs, migrations, tenancy
 from dms.jobs.tables import processing_jobs as table
 from dms.testing import temporary_database
@@ -106,11 +107,9 @@ def _run(
     with_trickle: bool,
 ) -> Outcome:
     kind = f"bench.fair.{uuid.uuid4().hex[:8]}"
-    # What autovacuum would have done since the previous run (it is off on the bench machine's
-    # server): without it, every claim walks the index entries the earlier runs' 200,000-job
-    # backlogs left dead, and each run would measure its predecessors.
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text("VACUUM (ANALYZE) dms.processing_jobs"))
+    # What autovacuum would have done since the previous run: without it every claim walks the
+    # index entries the earlier runs' 200,000-job backlogs left dead.
+    dms_queue.vacuum(engine)
     with engine.begin() as conn:
         for start in range(0, scenario.bulk, ENQUEUE_BATCH):
             batch = min(ENQUEUE_BATCH, scenario.bulk - start)
