@@ -185,14 +185,18 @@ class UnitOfWork(TenantTransaction):
 
 
 def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
-    """Name who acts, and the caller's context, for this transaction only.
+    """Name who acts, and the caller's context, for this transaction only (and turn JIT off).
 
     Transaction-local (``set_config(..., true)``, ``SET LOCAL`` on Citus), so nothing outlives
     the unit of work on a pooled connection or behind PgBouncer in transaction mode. On Citus a
     ``set_config`` stays on the coordinator, while the triggers that read it run on the node
     that holds the tenant: there it is ``SET LOCAL``, which Citus replays on that node.
     """
-    settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or ""}
+    # JIT off: the policies price their row rules as if each ran for every row (revision
+    # 0019's probe of a document's own scope runs only for the few documents with entries of
+    # their own), which lifts a large read's estimate over the JIT thresholds; compiling then
+    # took 137 ms of a 490 ms first page of 1,000,000 documents (bench/results/access.md).
+    settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or "", "jit": "off"}
     # On Citus a policy is a function of the row (migration 0016) that reads the tenant's
     # access tables, and so are the searches' functions (migration 0017); run on the node of a
     # shard, that read is a query nested in a query on a shard, which Citus refuses unless

@@ -739,10 +739,14 @@ access_grants = sa.Table(
     ),
     sa.Column("principal_id", sa.Uuid, primary_key=True),
     sa.Column("rights", sa.SmallInteger, nullable=False),
+    # The scope is a document's (revision 0019): a statement reads the set of the actor's
+    # other scopes, and probes a document's own by primary key.
+    sa.Column("on_document", sa.Boolean, server_default=sa.false(), nullable=False),
 )
 sa.Index(
     "ix_access_grants_principal_id",
     access_grants.c.principal_id,
+    access_grants.c.on_document,
     access_grants.c.scope_id,
     access_grants.c.rights,
 )

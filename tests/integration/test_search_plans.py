@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -77,8 +78,11 @@ def world(engine: Engine, tenant: str) -> Tenant:
 
 
 @contextmanager
-def _as_user_with_plans(engine: Engine, world: Tenant) -> Iterator[tuple[UnitOfWork, list[str]]]:
-    """A unit of work of ``alice`` as the application role, and the plans of its statements.
+def _as_user_with_plans(
+    engine: Engine, world: Tenant, *, analyze: bool = False
+) -> Iterator[tuple[UnitOfWork, list[str]]]:
+    """A unit of work of ``alice`` as the application role, and the plans of its statements
+    (with what each node read, if ``analyze``).
 
     The suite's engine is a superuser, which alone may load ``auto_explain`` and set it; the
     transaction then takes the application role, so that row-level security applies.
@@ -98,6 +102,7 @@ def _as_user_with_plans(engine: Engine, world: Tenant) -> Iterator[tuple[UnitOfW
             ("log_min_duration", "0"),
             ("log_nested_statements", "on"),
             ("log_level", "notice"),
+            ("log_analyze", "on" if analyze else "off"),
         ):
             conn.exec_driver_sql(f"SET LOCAL auto_explain.{setting} = {value}")
         conn.exec_driver_sql(f"SET LOCAL ROLE {APPLICATION_ROLE}")
@@ -159,3 +164,51 @@ def test_what_the_functions_find_is_only_what_the_user_may_view(
     assert {d.folder_id for d in texts.items} == {world.inner}
     assert {d.folder_id for d in titles.items} == {world.inner}
     assert direct == PILE
+
+
+def test_a_statement_reads_the_users_folder_scopes_and_probes_documents_shared_one_by_one(
+    engine: Engine, world: Tenant
+) -> None:
+    # Revision 0019: documents with entries of their own are scopes too; read into every
+    # statement's set they made it as large as the documents shared with the user's groups.
+    shared = 40
+    application = application_engine(engine, [world.name])
+    with UnitOfWork(application, tenant=world.name, system="tests") as uow:
+        readers = uow.access.add_group("readers")
+        uow.access.add_member(readers.id, world.alice)
+        (unseen,) = [f for f in uow.folders.children(None) if f.name == "unseen"]
+        page = uow.documents.search(DocumentQuery(folder_id=unseen.id), limit=shared)
+        for document in page.items:
+            uow.access.grant(Rights.VIEW, document_id=document.id, group_id=readers.id)
+        uow.commit()
+    application.dispose()
+
+    # Raw SQL through the policy, as the application role: the folder's documents alice sees.
+    count = psycopg.sql.SQL(
+        "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM {}.documents WHERE folder_id = %s"
+    ).format(psycopg.sql.Identifier(tenancy.schema_name(world.name)))
+    with _as_user_with_plans(engine, world) as (uow, _plans):
+        driver = uow.connection.connection.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        ((plan,),) = driver.execute(count, (unseen.id,)).fetchall()
+    nodes = list(_nodes(plan[0]["Plan"]))
+
+    (documents,) = [n for n in nodes if n.get("Relation Name") == "documents"]
+    grants = [n for n in nodes if n.get("Relation Name") == "access_grants"]
+    assert documents["Actual Rows"] == shared, plan
+    # Alice's one folder scope ("seen") is the set; the 40 documents' own are probed, one
+    # each (by primary key at scale; a table this small is scanned).
+    (folder_scopes,) = [n for n in grants if "on_document" in _condition(n)]
+    assert (folder_scopes["Actual Rows"], folder_scopes["Actual Loops"]) == (1, 1), plan
+    (probe,) = [n for n in grants if "scope_id = documents.id" in _condition(n)]
+    assert probe["Actual Loops"] == shared, plan
+
+
+def _condition(node: dict[str, Any]) -> str:
+    return f"{node.get('Index Cond', '')} {node.get('Filter', '')}"
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _nodes(child)

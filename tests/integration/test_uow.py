@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -258,3 +259,23 @@ def test_a_lazy_unit_of_work_never_used_commits_nothing_and_gives_nothing_back(
     assert (uow.opened, _checked_out(engine)) == (False, before)
     with pytest.raises(DmsError):
         uow.connection  # noqa: B018 - closed units refuse their connection
+
+
+def test_a_unit_of_work_that_names_someone_runs_without_jit_for_its_transaction_only(
+    database_url: Any, tenant: str, user_id: uuid.UUID
+) -> None:
+    # Row-level security's rules lift a large read's estimate over the JIT thresholds, where
+    # compiling costs more than it saves (dms.uow._act_as); the server's setting comes back.
+    one = sa.create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with one.connect() as conn:
+            conn.exec_driver_sql("SET jit = on")  # this session's own, kept past transactions
+            conn.commit()
+        with UnitOfWork(one, tenant=tenant, user_id=user_id) as uow:
+            during = uow.connection.scalar(sa.text("SHOW jit"))
+        with one.connect() as conn:  # the same server session, next transaction
+            after = conn.scalar(sa.text("SHOW jit"))
+    finally:
+        one.dispose()
+
+    assert (during, after) == ("off", "on")
