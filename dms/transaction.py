@@ -101,9 +101,12 @@ class TenantTransaction:
 
         When the block raised, a rollback that fails as well (its connection died, say) is
         logged and the block's exception goes on: it is the cause, and the caller must see it.
+        An interrupt (``KeyboardInterrupt`` from Ctrl-C or SIGTERM, a cancelled task) may have
+        landed in the middle of a statement, where the connection cannot take a ROLLBACK: it
+        is closed instead, and the server rolls the transaction back.
         """
         try:
-            self._end()
+            self._end(interrupted=exc is not None and not isinstance(exc, Exception))
         except Exception:
             if exc is None:
                 raise
@@ -162,10 +165,13 @@ class TenantTransaction:
     def _began(self, conn: Connection) -> None:
         """What a subclass does first in each transaction (the unit of work names who acts)."""
 
-    def _end(self) -> None:
+    def _end(self, *, interrupted: bool = False) -> None:
         try:
             if self._transaction is not None and self._transaction.is_active:
-                self._transaction.rollback()
+                if interrupted and self._conn is not None:
+                    self._conn.invalidate()
+                else:
+                    self._transaction.rollback()
         finally:
             if self._conn is not None:
                 self._conn.close()

@@ -28,6 +28,7 @@ policies, drops the column and restores the index.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
 
 import sqlalchemy as sa
@@ -132,7 +133,7 @@ def _upgrade_tenant(schema: str) -> None:
         _INDEX, _GRANTS, ["principal_id", "on_document", "scope_id", "rights"], schema=schema
     )
     _create_refresh(schema, changed=True)
-    create_functions_replacing(schema, _search_functions(changed=True))
+    _create_or_replace(schema, _search_functions(changed=True))
     if citus.is_citus(bind):
         for table, name, arguments, rule in CITUS_RULES:
             _create_rule_function(schema, name, arguments, rule)
@@ -147,20 +148,10 @@ def _downgrade_tenant(schema: str) -> None:
     previous = _revision("0016")
     if citus.is_citus(bind):
         # 0016's policies on Citus all call access_object_visible(owner_id, access_scope).
-        (name, arguments, returns, language, body), *_rest = previous._citus_functions(schema)
         policy = previous._citus_policy(previous._OBJECT_VISIBLE)
         for table in ("folders", "documents"):
             _replace_policy(schema, table, policy)
-        create_function(
-            bind,
-            schema,
-            name,
-            arguments=arguments,
-            returns=returns,
-            language=language,
-            body=body,
-            replace=True,
-        )
+        _create_or_replace(schema, previous._citus_functions(schema)[:1])
         _, name, arguments, _ = CITUS_RULES[1]
         execute_ddl(
             bind,
@@ -171,7 +162,7 @@ def _downgrade_tenant(schema: str) -> None:
     else:
         for table in ("folders", "documents"):
             _replace_policy(schema, table, previous._OBJECT_VISIBLE)
-    create_functions_replacing(schema, _search_functions(changed=False))
+    _create_or_replace(schema, _search_functions(changed=False))
     _create_refresh(schema, changed=False)
     op.drop_index(_INDEX, _GRANTS, schema=schema)
     op.create_index(_INDEX, _GRANTS, ["principal_id", "scope_id", "rights"], schema=schema)
@@ -217,16 +208,7 @@ def _create_refresh(schema: str, *, changed: bool) -> None:
     (_name, arguments, returns, language, _body) = next(
         f for f in previous.FUNCTIONS if f[0] == "access_refresh"
     )
-    create_function(
-        op.get_bind(),
-        schema,
-        "access_refresh",
-        arguments=arguments,
-        returns=returns,
-        language=language,
-        body=body,
-        replace=True,
-    )
+    _create_or_replace(schema, [("access_refresh", arguments, returns, language, body)])
 
 
 def _search_functions(*, changed: bool) -> tuple[FunctionSource, ...]:
@@ -243,7 +225,7 @@ def _search_functions(*, changed: bool) -> tuple[FunctionSource, ...]:
     return tuple(functions)
 
 
-def create_functions_replacing(schema: str, functions: tuple[FunctionSource, ...]) -> None:
+def _create_or_replace(schema: str, functions: Iterable[FunctionSource]) -> None:
     """``CREATE OR REPLACE`` each of ``functions``."""
     for name, arguments, returns, language, body in functions:
         create_function(
@@ -260,16 +242,8 @@ def create_functions_replacing(schema: str, functions: tuple[FunctionSource, ...
 
 def _create_rule_function(schema: str, name: str, arguments: str, rule: str) -> None:
     """A rule as a function of the row's columns, named by its arguments (for Citus)."""
-    create_function(
-        op.get_bind(),
-        schema,
-        name,
-        arguments=arguments,
-        returns="boolean",
-        language="sql STABLE",
-        body="SELECT " + rule.format(s="", row=""),
-        replace=True,
-    )
+    body = "SELECT " + rule.format(s="", row="")
+    _create_or_replace(schema, [(name, arguments, "boolean", "sql STABLE", body)])
 
 
 def _columns(arguments: str) -> str:

@@ -124,6 +124,34 @@ def test_a_failing_rollback_does_not_hide_the_error_that_caused_it(
     assert isinstance(failed[0].exc_info[1], sa.exc.DBAPIError)
 
 
+@pytest.mark.parametrize("unit", [UnitOfWork, TenantTransaction])
+def test_an_interrupt_during_a_statement_ends_the_unit_quietly(
+    engine: Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    caplog: pytest.LogCaptureFixture,
+    unit: type[TenantTransaction],
+) -> None:
+    # Ctrl-C or SIGTERM (dms import, dms migrate) lands wherever the main thread is: here while
+    # a statement is in flight. A ROLLBACK on that connection fails ("another command is
+    # already in progress") and both dms and SQLAlchemy's pool logged tracebacks, so the
+    # command's one line about how far it got came after pages of them.
+
+    def interrupted() -> None:
+        with unit(engine, tenant=tenant) as uow:
+            uow.connection.execute(sa.insert(t.folders).values(name="kept?", created_by=user_id))
+            driver = uow.connection.connection.driver_connection
+            assert driver is not None
+            driver.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # sent, its answer never read
+            raise KeyboardInterrupt
+
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:  # the pool serves again
+        assert uow.folders.children(None) == []
+
+
 def test_a_failing_rollback_without_an_error_in_flight_is_raised(
     engine: Engine, tenant: str
 ) -> None:
