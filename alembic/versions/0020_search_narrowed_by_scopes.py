@@ -8,7 +8,7 @@ Create Date: 2026-12-07
 Tenant only. ``search_visible_parts`` (revisions 0017 and 0019) reads a word's matches from the
 GIN index and checks each one's document until it has ``max_rows`` the actor may view. Where
 the actor may view few of them, it reads and checks them all: 25,000 matches for a user who sees
-5 % of 1,000,000 documents, 250 ms, 6x the same search without access control
+5 % of 1,000,000 documents, 246 ms, 6.3x the same search without access control
 (bench/results/access.md). The search rows' ``filters`` hold every folder above their document,
 and a document falls under the scope of one of those folders or of the root, or is a scope of
 its own; so ``filters && <the actor's folder scopes>`` in the index condition yields every match
@@ -17,13 +17,16 @@ as their own scope or as their owner's are looked up apart.
 
 That narrowed path reads the posting lists of every folder scope the actor may view, which for a
 rare word or a user who sees much costs more than the plain path (39 ms against 3 for a rare
-word as the user who sees 50 %), so each call chooses, from estimates
-(:data:`CHOICE`): the share of documents under the scopes from ``pg_stats``, the number of
-matches from the planner, the documents shared one by one with the actor counted. Without
-statistics (a table never analyzed; on Citus, where a shard's statistics are the node's), when
-the root's scope is visible, and for a system principal the plain path runs, as before.
+word as the user who sees 50 %). So a call considers it only when the planner expects more
+matches than the search ranks (``search_matches``: the plain path costs no more than the same
+search without access control otherwise), and takes it when cheaper by estimates
+(:data:`CHOICE`): the share of documents under the scopes from ``pg_stats``
+(``search_scope_share``), the documents shared one by one with the actor counted. Without
+statistics (a table never analyzed), on Citus (the search runs on the tenant's node, where an
+EXPLAIN of its tables would switch the transaction's local execution), when the root's scope is
+visible, and for a system principal the plain path runs, as before.
 
-The downgrade puts 0019's ``search_visible_parts`` back and drops the two helpers.
+The downgrade puts 0019's ``search_visible_parts`` back and drops the three helpers.
 """
 
 from __future__ import annotations
@@ -49,23 +52,20 @@ NIL = "00000000-0000-0000-0000-000000000000"
 #: match as before). Statistics of a table under row-level security are shown to a role that
 #: passes it: the search function's owner.
 SHARE = """
-SELECT coalesce((
-           SELECT sum(m.freq) FROM unnest(s.most_common_vals::text::uuid[], s.most_common_freqs)
-               AS m (scope, freq)
-            WHERE m.scope = ANY (scopes)), 0)
-     + greatest(
-           1 - s.null_frac - coalesce((SELECT sum(f) FROM unnest(s.most_common_freqs) f), 0), 0)
-       * (cardinality(scopes) - coalesce((
-             SELECT count(*) FROM unnest(s.most_common_vals::text::uuid[]) v
-              WHERE v = ANY (scopes)), 0))
+SELECT mcv.common + greatest(1 - s.null_frac - coalesce(mcv.all_common, 0), 0)
+       * (cardinality(scopes) - mcv.listed)
        / greatest(CASE WHEN s.n_distinct < 0 THEN -s.n_distinct * c.reltuples ELSE s.n_distinct END
                   - coalesce(cardinality(s.most_common_freqs), 0), 1)
-  FROM pg_stats s, pg_class c
+  FROM pg_stats s
+ CROSS JOIN pg_class c
+ CROSS JOIN LATERAL (
+       SELECT coalesce(sum(m.freq) FILTER (WHERE w.scope IS NOT NULL), 0) AS common,
+              count(w.scope) AS listed, sum(m.freq) AS all_common
+         FROM unnest(s.most_common_vals::text::uuid[], s.most_common_freqs) AS m (scope, freq)
+         LEFT JOIN unnest(scopes) AS w (scope) ON w.scope = m.scope
+       ) mcv
  WHERE s.schemaname = current_schema() AND s.tablename = 'documents'
    AND s.attname = 'access_scope' AND c.oid = 'documents'::regclass
-   -- On Citus the search runs on the tenant's node, where an EXPLAIN of the tenant's tables
-   -- (search_matches) would switch the transaction's local execution: the plain path there.
-   AND NOT EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'citus')
 """
 
 #: The number of index rows the planner expects ``q`` (within the filters) to match.
@@ -103,7 +103,8 @@ END
 
 #: The folder scopes (and the root's) the actor may view.
 _SCOPES = (
-    "SELECT g.scope_id FROM access_grants g WHERE g.principal_id = ANY (access_principals())"
+    "SELECT DISTINCT g.scope_id FROM access_grants g"
+    " WHERE g.principal_id = ANY (access_principals())"
     " AND NOT g.on_document AND g.rights & 1 = 1"
 )
 
@@ -151,19 +152,20 @@ DECLARE
     matches double precision;
     returned bigint;
 BEGIN
-    IF max_rows IS NOT NULL AND NOT (SELECT pg_trigger_depth() > 0 OR access_system()) THEN
+    -- Only a word with more matches than the search ranks can cost a user more than the same
+    -- search without access control, which stops at max_rows: the planner's estimate first
+    -- (not on Citus, where the search runs on the tenant's node and an EXPLAIN of its tables
+    -- would switch the transaction's local execution: the plain path there).
+    IF max_rows IS NOT NULL AND NOT (SELECT pg_trigger_depth() > 0 OR access_system())
+       AND NOT EXISTS (SELECT 1 FROM pg_extension e WHERE e.extname = 'citus') THEN
+        matches := search_matches(q, within_all, within_any);
+    END IF;
+    IF matches > max_rows THEN
         scopes := array({_SCOPES});
         IF NOT '{NIL}'::uuid = ANY (scopes) THEN
             share := search_scope_share(scopes);
         END IF;
-    END IF;
-    -- Only a word with more matches than the search ranks can cost a user more than the same
-    -- search without access control, which stops at max_rows.
-    IF share IS NOT NULL THEN
-        matches := search_matches(q, within_all, within_any);
-    END IF;
-    IF matches > max_rows THEN
-        IF search_narrows(matches, max_rows, share) THEN
+        IF share IS NOT NULL AND search_narrows(matches, max_rows, share) THEN
             IF cardinality(within_all) = 0 AND cardinality(within_any) = 0 THEN{
         _narrowed("", rank, visible)
     }
