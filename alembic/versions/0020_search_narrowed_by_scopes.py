@@ -89,15 +89,17 @@ END
 #: shared one by one (about a third of a match each).
 CHOICE = """
 DECLARE
-    documents double precision;
-    shared double precision;
+    plain double precision := least(matches, max_rows / greatest(share, 1e-9));
+    narrowed double precision;
 BEGIN
-    SELECT c.reltuples INTO documents FROM pg_class c WHERE c.oid = 'documents'::regclass;
-    shared := (SELECT count(*) FROM access_grants g
-                WHERE g.principal_id = ANY (access_principals()) AND g.on_document
-                  AND g.rights & 1 = 1);
-    RETURN share * greatest(documents, 0) / 125 + share * matches + shared / 3
-         < least(matches, max_rows / greatest(share, 1e-9));
+    SELECT share * greatest(c.reltuples, 0) / 125 + share * matches INTO narrowed
+      FROM pg_class c WHERE c.oid = 'documents'::regclass;
+    IF narrowed >= plain THEN
+        RETURN false;  -- without counting the documents apart, which only add
+    END IF;
+    RETURN narrowed + (SELECT count(*) FROM access_grants g
+                        WHERE g.principal_id = ANY (access_principals()) AND g.on_document
+                          AND g.rights & 1 = 1) / 3.0 < plain;
 END
 """
 
