@@ -16,6 +16,7 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -206,6 +207,13 @@ def new_user(engine: Engine, name: str = "Tester") -> uuid.UUID:
     """A new user named ``name`` in the stand-in users table (a unique email each time)."""
     with engine.begin() as conn:
         return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A JSON plan's node (``EXPLAIN (FORMAT JSON)``'s ``Plan``) and every node below it."""
+    yield node
+    for child in node.get("Plans", ()):
+        yield from plan_nodes(child)
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ policies, drops the column and restores the index.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from types import ModuleType
 
 import sqlalchemy as sa
@@ -37,7 +36,7 @@ from psycopg import sql
 from alembic import op
 from dms import citus
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_function, execute_ddl
+from dms.schema.ddl import FunctionSource, create_functions, execute_ddl
 
 revision: str = "0019"
 down_revision: str | None = "0018"
@@ -133,7 +132,7 @@ def _upgrade_tenant(schema: str) -> None:
         _INDEX, _GRANTS, ["principal_id", "on_document", "scope_id", "rights"], schema=schema
     )
     _create_refresh(schema, changed=True)
-    _create_or_replace(schema, _search_functions(changed=True))
+    create_functions(op.get_bind(), schema, _search_functions(changed=True), replace=True)
     if citus.is_citus(bind):
         for table, name, arguments, rule in CITUS_RULES:
             _create_rule_function(schema, name, arguments, rule)
@@ -151,7 +150,7 @@ def _downgrade_tenant(schema: str) -> None:
         policy = previous._citus_policy(previous._OBJECT_VISIBLE)
         for table in ("folders", "documents"):
             _replace_policy(schema, table, policy)
-        _create_or_replace(schema, previous._citus_functions(schema)[:1])
+        create_functions(op.get_bind(), schema, previous._citus_functions(schema)[:1], replace=True)
         _, name, arguments, _ = CITUS_RULES[1]
         execute_ddl(
             bind,
@@ -162,7 +161,7 @@ def _downgrade_tenant(schema: str) -> None:
     else:
         for table in ("folders", "documents"):
             _replace_policy(schema, table, previous._OBJECT_VISIBLE)
-    _create_or_replace(schema, _search_functions(changed=False))
+    create_functions(op.get_bind(), schema, _search_functions(changed=False), replace=True)
     _create_refresh(schema, changed=False)
     op.drop_index(_INDEX, _GRANTS, schema=schema)
     op.create_index(_INDEX, _GRANTS, ["principal_id", "scope_id", "rights"], schema=schema)
@@ -208,7 +207,12 @@ def _create_refresh(schema: str, *, changed: bool) -> None:
     (_name, arguments, returns, language, _body) = next(
         f for f in previous.FUNCTIONS if f[0] == "access_refresh"
     )
-    _create_or_replace(schema, [("access_refresh", arguments, returns, language, body)])
+    create_functions(
+        op.get_bind(),
+        schema,
+        [("access_refresh", arguments, returns, language, body)],
+        replace=True,
+    )
 
 
 def _search_functions(*, changed: bool) -> tuple[FunctionSource, ...]:
@@ -225,25 +229,12 @@ def _search_functions(*, changed: bool) -> tuple[FunctionSource, ...]:
     return tuple(functions)
 
 
-def _create_or_replace(schema: str, functions: Iterable[FunctionSource]) -> None:
-    """``CREATE OR REPLACE`` each of ``functions``."""
-    for name, arguments, returns, language, body in functions:
-        create_function(
-            op.get_bind(),
-            schema,
-            name,
-            arguments=arguments,
-            returns=returns,
-            language=language,
-            body=body,
-            replace=True,
-        )
-
-
 def _create_rule_function(schema: str, name: str, arguments: str, rule: str) -> None:
     """A rule as a function of the row's columns, named by its arguments (for Citus)."""
     body = "SELECT " + rule.format(s="", row="")
-    _create_or_replace(schema, [(name, arguments, "boolean", "sql STABLE", body)])
+    create_functions(
+        op.get_bind(), schema, [(name, arguments, "boolean", "sql STABLE", body)], replace=True
+    )
 
 
 def _columns(arguments: str) -> str:

@@ -37,7 +37,7 @@ from psycopg import sql
 
 from alembic import op
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_function, execute_ddl
+from dms.schema.ddl import FunctionSource, create_functions, execute_ddl
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -211,15 +211,14 @@ HELPERS: tuple[FunctionSource, ...] = (
 
 def upgrade(*, scope: MigrationScope) -> None:
     if scope.is_tenant:
-        for name, arguments, returns, language, body in HELPERS:
-            _create(scope.schema, (name, arguments, returns, language, body), replace=False)
-        _create(scope.schema, _parts(changed=True), replace=True)
+        create_functions(op.get_bind(), scope.schema, HELPERS)
+        create_functions(op.get_bind(), scope.schema, [_parts(changed=True)], replace=True)
 
 
 def downgrade(*, scope: MigrationScope) -> None:
     if not scope.is_tenant:
         return
-    _create(scope.schema, _parts(changed=False), replace=True)
+    create_functions(op.get_bind(), scope.schema, [_parts(changed=False)], replace=True)
     for name, arguments, *_rest in reversed(HELPERS):
         execute_ddl(
             op.get_bind(),
@@ -242,17 +241,3 @@ def _parts(*, changed: bool) -> FunctionSource:
         return (name, arguments, returns, language, body)
     visible = "(\n    " + previous.DOCUMENT_VISIBLE.format(s="", row="d.") + "\n)"
     return (name, arguments, returns, language, parts_body(body, first._RANK, visible))
-
-
-def _create(schema: str, function: FunctionSource, *, replace: bool) -> None:
-    name, arguments, returns, language, body = function
-    create_function(
-        op.get_bind(),
-        schema,
-        name,
-        arguments=arguments,
-        returns=returns,
-        language=language,
-        body=body,
-        replace=replace,
-    )

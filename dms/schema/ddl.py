@@ -23,8 +23,14 @@ def execute_ddl(conn: Connection, statement: sql.Composable) -> None:
     )
 
 
-def create_functions(conn: Connection, schema: str, functions: Iterable[FunctionSource]) -> None:
-    """:func:`create_function` for each of ``functions``, in order."""
+def create_functions(
+    conn: Connection,
+    schema: str,
+    functions: Iterable[FunctionSource],
+    *,
+    replace: bool = False,
+) -> None:
+    """:func:`create_function` for each of ``functions``, in order (``replace``: as there)."""
     for name, arguments, returns, language, body in functions:
         create_function(
             conn,
@@ -34,6 +40,7 @@ def create_functions(conn: Connection, schema: str, functions: Iterable[Function
             returns=returns,
             language=language,
             body=body,
+            replace=replace,
         )
 
 

@@ -30,7 +30,7 @@ from dms.repositories import search as search_repository
 from dms.services import tag_documents
 from dms.testing.roles import APPLICATION_ROLE, application_engine
 from dms.uow import UnitOfWork
-from tests.conftest import new_user
+from tests.conftest import new_user, plan_nodes
 
 pytestmark = pytest.mark.plain_only
 
@@ -224,7 +224,7 @@ def test_a_statement_reads_the_users_folder_scopes_and_probes_documents_shared_o
         driver = uow.connection.connection.driver_connection
         assert isinstance(driver, psycopg.Connection)
         ((plan,),) = driver.execute(count, (unseen.id,)).fetchall()
-    nodes = list(_nodes(plan[0]["Plan"]))
+    nodes = list(plan_nodes(plan[0]["Plan"]))
 
     (documents,) = [n for n in nodes if n.get("Relation Name") == "documents"]
     grants = [n for n in nodes if n.get("Relation Name") == "access_grants"]
@@ -239,9 +239,3 @@ def test_a_statement_reads_the_users_folder_scopes_and_probes_documents_shared_o
 
 def _condition(node: dict[str, Any]) -> str:
     return f"{node.get('Index Cond', '')} {node.get('Filter', '')}"
-
-
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from dms.jobs import _statements as statements
 from dms.jobs.claims import claim_params
 from dms.jobs.pipeline import claim_outcome
 from dms.jobs.tables import job_limits, processing_jobs
+from tests.conftest import plan_nodes
 from tests.jobs.conftest import wait_for
 
 LONG_LEASE = timedelta(minutes=5)
@@ -389,11 +390,5 @@ def _rows_read(conn: Connection, statement: sa.Executable, params: dict[str, Any
     # A filter's rejects were read too: an index scan that keeps 2 rows of 3,002 read 3,002.
     return [
         node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-        for node in _nodes(plan[0]["Plan"])
+        for node in plan_nodes(plan[0]["Plan"])
     ]
-
-
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)
