@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from alembic import op
 from dms.migrations import MigrationScope
 from dms.migrations.steps import call_for_each_document
-from dms.schema.ddl import create_functions, execute_ddl
+from dms.schema.ddl import create_functions, create_trigger, execute_ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -146,21 +146,7 @@ def _upgrade_tenant(schema: str) -> None:
     op.add_column("document_search", sa.Column("filters", ARRAY(sa.Uuid)), schema=schema)
     create_functions(op.get_bind(), schema, FUNCTIONS)
     for trigger, events, table, condition in TRIGGERS:
-        when = (
-            sql.SQL("") if condition is None else sql.SQL(" WHEN ({})").format(sql.SQL(condition))
-        )
-        execute_ddl(
-            op.get_bind(),
-            sql.SQL("CREATE TRIGGER {} {} ON {}.{} FOR EACH ROW{} EXECUTE FUNCTION {}.{}()").format(
-                sql.Identifier(trigger),
-                sql.SQL(events),
-                sql.Identifier(schema),
-                sql.Identifier(table),
-                when,
-                sql.Identifier(schema),
-                sql.Identifier(trigger),
-            ),
-        )
+        create_trigger(op.get_bind(), schema, trigger, events=events, table=table, when=condition)
     call_for_each_document(op.get_bind(), schema, "search_refresh_filters")
     op.alter_column("document_search", "filters", nullable=False, schema=schema)
     op.drop_index("ix_document_search_terms", "document_search", schema=schema)

@@ -79,3 +79,26 @@ def create_function(
             sql.Literal(body),
         ),
     )
+
+
+def create_trigger(
+    conn: Connection, schema: str, name: str, *, events: str, table: str, when: str | None = None
+) -> None:
+    """Create the row trigger ``name`` on ``schema.table``, which runs ``schema.name()``.
+
+    ``events`` (such as ``AFTER UPDATE OF folder_id``) and ``when`` (a condition on ``OLD`` and
+    ``NEW``) are SQL written by a migration, never input.
+    """
+    condition = sql.SQL("") if when is None else sql.SQL(" WHEN ({})").format(sql.SQL(when))
+    execute_ddl(
+        conn,
+        sql.SQL("CREATE TRIGGER {} {} ON {}.{} FOR EACH ROW{} EXECUTE FUNCTION {}.{}()").format(
+            sql.Identifier(name),
+            sql.SQL(events),
+            sql.Identifier(schema),
+            sql.Identifier(table),
+            condition,
+            sql.Identifier(schema),
+            sql.Identifier(name),
+        ),
+    )
