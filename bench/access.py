@@ -300,11 +300,12 @@ SELECT gen_random_uuid(), f.id,
   JOIN folders f ON f.id = (CAST(:folders AS uuid[]))[1 + n % :folder_count]
 """
 #: The rows search_rebuild would write for a document without text: its title (weight A);
-#: filters as search_filters_row would compute them (its folder and the one above).
+#: filters as search_filters_row would compute them (its folder and the one above), and its
+#: scope and owner as search_access_row would copy them.
 _INSERT_SEARCH_ROWS = """
-INSERT INTO document_search (document_id, part_no, config, terms, filters)
+INSERT INTO document_search (document_id, part_no, config, terms, filters, access_scope, owner_id)
 SELECT d.id, 1, 'simple', setweight(to_tsvector('simple', search_fold(d.title)), 'A'),
-       array_remove(ARRAY[d.folder_id, f.parent_id], NULL)
+       array_remove(ARRAY[d.folder_id, f.parent_id], NULL), d.access_scope, d.owner_id
   FROM documents d JOIN folders f ON f.id = d.folder_id
 """
 _SECONDARY_INDEXES = """

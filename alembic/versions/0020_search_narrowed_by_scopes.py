@@ -31,6 +31,7 @@ The downgrade puts 0019's ``search_visible_parts`` back and drops the three help
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
 from psycopg import sql
@@ -143,8 +144,17 @@ def _narrowed(filters: str, rank: str, visible: str) -> str:
             END IF;"""
 
 
-def parts_body(previous_body: str, rank: str, visible: str) -> str:
-    """0019's ``search_visible_parts`` with the narrowed path before it."""
+def parts_body(
+    previous_body: str,
+    rank: str,
+    visible: str,
+    narrowed_queries: Callable[[str, str, str], str] = _narrowed,
+) -> str:
+    """0019's ``search_visible_parts`` with the narrowed path before it.
+
+    ``narrowed_queries``: the narrowed path's queries for one combination of filters (revision
+    0021 passes its own).
+    """
     if _ANCHOR not in previous_body:
         raise RuntimeError("revision 0019's search_visible_parts has changed: update 0020")
     narrowed = f"""#variable_conflict use_column
@@ -169,16 +179,16 @@ BEGIN
         END IF;
         IF share IS NOT NULL AND search_narrows(matches, max_rows, share) THEN
             IF cardinality(within_all) = 0 AND cardinality(within_any) = 0 THEN{
-        _narrowed("", rank, visible)
+        narrowed_queries("", rank, visible)
     }
             ELSIF cardinality(within_any) = 0 THEN{
-        _narrowed("AND s.filters @> within_all", rank, visible)
+        narrowed_queries("AND s.filters @> within_all", rank, visible)
     }
             ELSIF cardinality(within_all) = 0 THEN{
-        _narrowed("AND s.filters && within_any", rank, visible)
+        narrowed_queries("AND s.filters && within_any", rank, visible)
     }
             ELSE{
-        _narrowed("AND s.filters @> within_all AND s.filters && within_any", rank, visible)
+        narrowed_queries("AND s.filters @> within_all AND s.filters && within_any", rank, visible)
     }
             END IF;
             RETURN;

@@ -564,12 +564,24 @@ document_search = sa.Table(
     # The document's folder, the folders above it and its tags (migration 0010), so that the
     # index answers a search's folder and tag filters together with its words.
     sa.Column("filters", ARRAY(sa.Uuid), nullable=False),
+    # The document's scope and owner (migration 0021), so that a search passes over the rows
+    # its actor may not view without reading their documents.
+    sa.Column("access_scope", sa.Uuid, nullable=False),
+    sa.Column("owner_id", sa.Uuid),
 )
 sa.Index(
     "ix_document_search_terms_filters",
     document_search.c.terms,
     document_search.c.filters,
     postgresql_using="gin",
+)
+# The words of the documents that are their own scope (migration 0021), which a search for a
+# user who may view few documents reads apart from the rest.
+sa.Index(
+    "ix_document_search_own_scope",
+    document_search.c.terms,
+    postgresql_using="gin",
+    postgresql_where=document_search.c.access_scope == document_search.c.document_id,
 )
 
 #: The audit trail (migration 0013, docs/audit.md): one row per change, written by triggers in

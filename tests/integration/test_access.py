@@ -114,6 +114,36 @@ def test_a_user_sees_only_what_is_granted_to_them(
         assert [f.id for f in uow.folders.children(None)] == [world.shared]
 
 
+def test_a_content_search_follows_each_document_wherever_its_access_goes(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    # Revision 0021: a search passes over the matches whose search rows say that the user may
+    # not view them; the rows must follow every change of their document's scope and owner.
+    def found(user: uuid.UUID) -> set[uuid.UUID]:
+        with UnitOfWork(app_engine, tenant=tenant, user_id=user) as uow:
+            page = uow.documents.search(DocumentQuery(text="quarterly"), limit=10)
+            return {document.id for document in page.items}
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        moved, shared, owned = (
+            uow.documents.add(title=f"quarterly {n}", folder_id=world.private) for n in range(3)
+        )
+        uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)
+        uow.commit()
+    assert found(world.alice) == set()
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.documents.move(moved.id, folder_id=world.shared, version=moved.version)
+        uow.access.grant(Rights.VIEW, document_id=shared.id, user_id=world.alice)
+        uow.access.set_owner(world.alice, document_id=owned.id)
+        uow.commit()
+    assert found(world.alice) == {moved.id, shared.id, owned.id}
+    # The first entry on a folder points the documents below it to its scope.
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uow.access.grant(Rights.VIEW, folder_id=world.private, user_id=world.bob)
+        uow.commit()
+    assert found(world.bob) == {shared.id, owned.id}
+
+
 def test_a_change_needs_its_right(app_engine: Engine, tenant: str, world: World) -> None:
     with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
         uow.access.grant(Rights.VIEW, folder_id=world.shared, user_id=world.alice)

@@ -564,6 +564,23 @@ class AccessMachine(RuleBasedStateMachine):
     # object by object, each user in turn (every user at every step takes minutes).
 
     @invariant()
+    def search_rows_carry_their_documents_scope_and_owner(self) -> None:
+        """Revision 0021's copies: a search skips the rows its actor may not view by them."""
+        s, d = t.document_search, t.documents
+        disagreeing = (
+            sa.select(sa.func.count())
+            .select_from(s.join(d, d.c.id == s.c.document_id))
+            .where(
+                sa.or_(
+                    s.c.access_scope.is_distinct_from(d.c.access_scope),
+                    s.c.owner_id.is_distinct_from(d.c.owner_id),
+                )
+            )
+        )
+        with self._system() as uow:
+            assert uow.connection.scalar(disagreeing) == 0
+
+    @invariant()
     def every_read_path_agrees_with_the_model(self) -> None:
         for user in range(USERS):
             with self._acting(user) as uow:

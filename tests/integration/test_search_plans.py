@@ -12,6 +12,7 @@ these tests are for plain PostgreSQL; the searches' results are tested on both.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from sqlalchemy.engine import Engine
 from dms import tenancy
 from dms.domain import DocumentQuery, NewDocument
 from dms.domain.access import ALL_RIGHTS, Rights
+from dms.domain.text_query import parse_text_query
 from dms.repositories import search as search_repository
 from dms.services import tag_documents
 from dms.testing.roles import APPLICATION_ROLE, application_engine
@@ -168,6 +170,21 @@ def test_what_the_functions_find_is_only_what_the_user_may_view(
     assert direct == PILE
 
 
+def test_a_match_the_user_may_not_view_is_passed_over_without_its_document(
+    engine: Engine, world: Tenant
+) -> None:
+    # Revision 0021: "pile" is in 1,500 documents alice sees and 1,500 she does not; the
+    # search rows carry their documents' scopes, so only the 1,500 are looked up.
+    word = parse_text_query("pile")
+    with _as_user_with_plans(engine, world, analyze=True) as (uow, plans):
+        parts = uow.connection.execute(search_repository.matching_parts(world.name, word)).all()
+
+    assert len(parts) == PILE
+    (inside,) = [plan for plan in plans if "JOIN documents d ON d.id = s.document_id" in plan]
+    lookups = re.findall(r"on documents d .*loops=(\d+)\)", inside)
+    assert lookups == [str(PILE)], inside
+
+
 def test_a_word_the_user_sees_few_documents_of_is_narrowed_by_the_index(
     engine: Engine, world: Tenant
 ) -> None:
@@ -197,6 +214,9 @@ def test_a_word_the_user_sees_few_documents_of_is_narrowed_by_the_index(
     # Its query ran (with the index at scale; a table this small is scanned).
     narrowed = [plan for plan in plans if "s.terms @@ q AND s.filters && scopes" in plan]
     assert narrowed, "\n\n".join(plans)
+    # The shared one's words were read from the index of documents that are their own scope
+    # (revision 0021), not by looking up each document shared with her.
+    assert any("ix_document_search_own_scope" in plan for plan in plans), "\n\n".join(plans)
 
 
 def test_a_statement_reads_the_users_folder_scopes_and_probes_documents_shared_one_by_one(

@@ -46,6 +46,9 @@ TENANT_TRIGGERS = {
     ("document_search", "search_filters_row"),
     ("documents", "search_document_moved"),
     ("folders", "search_folder_moved"),
+    # ... and its copies of each document's scope and owner (migration 0021).
+    ("document_search", "search_access_row"),
+    ("documents", "search_access_changed"),
     # The audit trail (migration 0013).
     ("audit_events", "audit_stamp"),
     ("audit_events", "audit_guard"),
