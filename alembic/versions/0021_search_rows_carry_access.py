@@ -54,7 +54,9 @@ depends_on: str | None = None
 _SEARCH = "document_search"
 
 #: A new search row takes its document's scope and owner (inside a trigger: every document is
-#: visible there, as to the other triggers that write search rows).
+#: visible there, as to the other triggers that write search rows). The scope is left NULL for a
+#: document that does not exist, so that the foreign key refuses the row (by its name), not a
+#: NOT NULL constraint: it can never be stored so.
 ACCESS_ROW = """
 BEGIN
     SELECT d.access_scope, d.owner_id INTO NEW.access_scope, NEW.owner_id
@@ -184,7 +186,6 @@ def upgrade(*, scope: MigrationScope) -> None:
     for column in _columns():
         op.add_column(_SEARCH, column, schema=scope.schema)
     _fill(scope.schema)
-    op.alter_column(_SEARCH, "access_scope", nullable=False, schema=scope.schema)
     create_functions(op.get_bind(), scope.schema, FUNCTIONS)
     for trigger, events, table, when in TRIGGERS:
         create_trigger(op.get_bind(), scope.schema, trigger, events=events, table=table, when=when)

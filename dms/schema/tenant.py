@@ -566,7 +566,8 @@ document_search = sa.Table(
     sa.Column("filters", ARRAY(sa.Uuid), nullable=False),
     # The document's scope and owner (migration 0021), so that a search passes over the rows
     # its actor may not view without reading their documents.
-    sa.Column("access_scope", sa.Uuid, nullable=False),
+    # (Nullable only so that a row of a missing document is refused by its foreign key.)
+    sa.Column("access_scope", sa.Uuid),
     sa.Column("owner_id", sa.Uuid),
 )
 sa.Index(

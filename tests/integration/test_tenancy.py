@@ -106,6 +106,9 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
         "search_links_changed",
         "search_tag_renamed",
         "search_text_extracted",
+        # ... and its copies of each document's scope and owner (migration 0021).
+        "search_access_row",
+        "search_access_changed",
         # The audit trail (migration 0013).
         "audit_guard",
         "audit_links_delete",
