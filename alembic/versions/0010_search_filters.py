@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from alembic import op
 from dms.migrations import MigrationScope
 from dms.migrations.steps import call_for_each_document
-from dms.schema.ddl import create_functions, create_trigger, execute_ddl
+from dms.schema.ddl import create_functions, create_trigger, drop_trigger, execute_ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -170,12 +170,7 @@ def _downgrade_tenant(schema: str) -> None:
         postgresql_using="gin",
     )
     for trigger, _events, table, _condition in TRIGGERS:
-        execute_ddl(
-            bind,
-            sql.SQL("DROP TRIGGER {} ON {}.{}").format(
-                sql.Identifier(trigger), sql.Identifier(schema), sql.Identifier(table)
-            ),
-        )
+        drop_trigger(bind, schema, trigger, table=table)
     op.drop_column("document_search", "filters", schema=schema)
     for name, arguments, _returns, _language, _body in reversed(FUNCTIONS):
         types = ", ".join(argument.split()[-1] for argument in arguments.split(",") if argument)

@@ -37,11 +37,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from psycopg import sql
-
 from alembic import op
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_function, create_functions, execute_ddl
+from dms.schema.ddl import FunctionSource, create_function, create_functions, drop_functions
 
 revision: str = "0017"
 down_revision: str | None = "0016"
@@ -143,13 +141,7 @@ def downgrade(*, scope: MigrationScope) -> None:
     if not scope.is_tenant:
         return
     _replace_search_filters(scope.schema, in_plpgsql=False)
-    for name, arguments, *_rest in reversed(FUNCTIONS):
-        execute_ddl(
-            op.get_bind(),
-            sql.SQL("DROP FUNCTION {}.{}({})").format(
-                sql.Identifier(scope.schema), sql.Identifier(name), sql.SQL(arguments)
-            ),
-        )
+    drop_functions(op.get_bind(), scope.schema, reversed(FUNCTIONS))
 
 
 def _replace_search_filters(schema: str, *, in_plpgsql: bool) -> None:

@@ -28,15 +28,14 @@ policies, drops the column and restores the index.
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import sqlalchemy as sa
 from psycopg import sql
 
 from alembic import op
 from dms import citus
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_functions, execute_ddl
+from dms.migrations.steps import earlier_revision
+from dms.schema.ddl import FunctionSource, create_functions, drop_function, execute_ddl
 
 revision: str = "0019"
 down_revision: str | None = "0018"
@@ -114,11 +113,6 @@ def downgrade(*, scope: MigrationScope) -> None:
         _downgrade_tenant(scope.schema)
 
 
-def _revision(name: str) -> ModuleType:
-    module: ModuleType = op.get_context().script.get_revision(name).module  # type: ignore[union-attr]
-    return module
-
-
 def _upgrade_tenant(schema: str) -> None:
     bind = op.get_bind()
     op.add_column(
@@ -144,7 +138,7 @@ def _upgrade_tenant(schema: str) -> None:
 
 def _downgrade_tenant(schema: str) -> None:
     bind = op.get_bind()
-    previous = _revision("0016")
+    previous = earlier_revision("0016")
     if citus.is_citus(bind):
         # 0016's policies on Citus all call access_object_visible(owner_id, access_scope).
         policy = previous._citus_policy(previous._OBJECT_VISIBLE)
@@ -152,12 +146,7 @@ def _downgrade_tenant(schema: str) -> None:
             _replace_policy(schema, table, policy)
         create_functions(op.get_bind(), schema, previous._citus_functions(schema)[:1], replace=True)
         _, name, arguments, _ = CITUS_RULES[1]
-        execute_ddl(
-            bind,
-            sql.SQL("DROP FUNCTION {}.{}({})").format(
-                sql.Identifier(schema), sql.Identifier(name), sql.SQL(arguments)
-            ),
-        )
+        drop_function(bind, schema, name, arguments=arguments)
     else:
         for table in ("folders", "documents"):
             _replace_policy(schema, table, previous._OBJECT_VISIBLE)
@@ -197,7 +186,7 @@ def _mark_document_grants(schema: str) -> None:
 
 def _create_refresh(schema: str, *, changed: bool) -> None:
     """Revision 0016's ``access_refresh``, with :data:`_REFRESH_CHANGES` or as it was."""
-    previous = _revision("0016")
+    previous = earlier_revision("0016")
     body = str(previous.REFRESH)
     for was, now in _REFRESH_CHANGES:
         if was not in body:
@@ -217,7 +206,7 @@ def _create_refresh(schema: str, *, changed: bool) -> None:
 
 def _search_functions(*, changed: bool) -> tuple[FunctionSource, ...]:
     """Revision 0017's search functions, with the rule of this revision or as they were."""
-    previous = _revision("0017")
+    previous = earlier_revision("0017")
     if not changed:
         return tuple(previous.FUNCTIONS)
     now = "(\n    " + DOCUMENT_VISIBLE.format(s="", row="d.") + "\n)"

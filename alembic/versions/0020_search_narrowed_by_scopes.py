@@ -32,13 +32,11 @@ The downgrade puts 0019's ``search_visible_parts`` back and drops the three help
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
-
-from psycopg import sql
 
 from alembic import op
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_functions, execute_ddl
+from dms.migrations.steps import earlier_revision
+from dms.schema.ddl import FunctionSource, create_functions, drop_functions
 
 revision: str = "0020"
 down_revision: str | None = "0019"
@@ -122,8 +120,9 @@ _APART = (
 _ANCHOR = "#variable_conflict use_column\nBEGIN\n"
 
 
-def _narrowed(filters: str, rank: str, visible: str) -> str:
-    """The two queries of the narrowed path for one combination of filters."""
+def narrowed_by_scopes(filters: str, rank: str, visible: str) -> str:
+    """The narrowed path's first query: the matches under the actor's folder scopes (their
+    number in ``returned``)."""
     return f"""
             RETURN QUERY
                 SELECT s.document_id, {rank}
@@ -132,7 +131,12 @@ def _narrowed(filters: str, rank: str, visible: str) -> str:
                   JOIN documents d ON d.id = s.document_id
                  WHERE d.deleted_at IS NULL AND {visible}
                  LIMIT max_rows;
-            GET DIAGNOSTICS returned = ROW_COUNT;
+            GET DIAGNOSTICS returned = ROW_COUNT;"""
+
+
+def _narrowed(filters: str, rank: str, visible: str) -> str:
+    """The two queries of the narrowed path for one combination of filters."""
+    return f"""{narrowed_by_scopes(filters, rank, visible)}
             IF max_rows IS NULL OR returned < max_rows THEN
                 RETURN QUERY
                     SELECT s.document_id, {rank}
@@ -150,11 +154,7 @@ def parts_body(
     visible: str,
     narrowed_queries: Callable[[str, str, str], str] = _narrowed,
 ) -> str:
-    """0019's ``search_visible_parts`` with the narrowed path before it.
-
-    ``narrowed_queries``: the narrowed path's queries for one combination of filters (revision
-    0021 passes its own).
-    """
+    """0019's ``search_visible_parts`` with the narrowed path before it."""
     if _ANCHOR not in previous_body:
         raise RuntimeError("revision 0019's search_visible_parts has changed: update 0020")
     narrowed = f"""#variable_conflict use_column
@@ -229,25 +229,21 @@ def downgrade(*, scope: MigrationScope) -> None:
     if not scope.is_tenant:
         return
     create_functions(op.get_bind(), scope.schema, [_parts(changed=False)], replace=True)
-    for name, arguments, *_rest in reversed(HELPERS):
-        execute_ddl(
-            op.get_bind(),
-            sql.SQL("DROP FUNCTION {}.{}({})").format(
-                sql.Identifier(scope.schema), sql.Identifier(name), sql.SQL(arguments)
-            ),
-        )
+    drop_functions(op.get_bind(), scope.schema, reversed(HELPERS))
 
 
-def _revision(name: str) -> ModuleType:
-    module: ModuleType = op.get_context().script.get_revision(name).module  # type: ignore[union-attr]
-    return module
+def _parts(
+    *, changed: bool, narrowed_queries: Callable[[str, str, str], str] = _narrowed
+) -> FunctionSource:
+    """0019's ``search_visible_parts``, with the narrowed path or as it was.
 
-
-def _parts(*, changed: bool) -> FunctionSource:
-    """0019's ``search_visible_parts``, with the narrowed path or as it was."""
-    previous, first = _revision("0019"), _revision("0017")
+    ``narrowed_queries``: the narrowed path's queries for one combination of filters (revision
+    0021 passes its own).
+    """
+    previous, first = earlier_revision("0019"), earlier_revision("0017")
     (name, arguments, returns, language, body), *_rest = previous._search_functions(changed=True)
     if not changed:
         return (name, arguments, returns, language, body)
     visible = "(\n    " + previous.DOCUMENT_VISIBLE.format(s="", row="d.") + "\n)"
-    return (name, arguments, returns, language, parts_body(body, first._RANK, visible))
+    body = parts_body(body, first._RANK, visible, narrowed_queries)
+    return (name, arguments, returns, language, body)

@@ -37,14 +37,18 @@ their functions and the two columns.
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import sqlalchemy as sa
-from psycopg import sql
 
 from alembic import op
 from dms.migrations import MigrationScope
-from dms.schema.ddl import FunctionSource, create_functions, create_trigger, execute_ddl
+from dms.migrations.steps import earlier_revision
+from dms.schema.ddl import (
+    FunctionSource,
+    create_functions,
+    create_trigger,
+    drop_functions,
+    drop_trigger,
+)
 
 revision: str = "0021"
 down_revision: str | None = "0020"
@@ -94,14 +98,6 @@ TRIGGERS = (
     ),
 )
 
-#: What a search row must pass to be read further: implied by revision 0019's rule for its
-#: document when the row agrees with it (owner, own scope, or a folder scope the actor views).
-PASSES = (
-    "(SELECT pg_trigger_depth() > 0 OR access_system())"
-    " OR s.owner_id = (SELECT access_user()) OR s.access_scope = s.document_id"
-    " OR s.access_scope IN ({folder_scopes})"
-)
-
 #: The search rows of documents that are their own scope, whose words the narrowed path reads
 #: here instead of looking up every document shared with the actor one by one (5,198 lookups
 #: of the primary key for a user in a group named in 5,000 entries: 10-16 ms).
@@ -140,7 +136,7 @@ BEGIN
 END
 """
 
-#: 0020's plain path's subqueries, which the rule of :data:`PASSES` joins.
+#: 0020's plain path's subqueries, which :func:`_passes` joins.
 _PLAIN = " OFFSET 0) s JOIN documents d ON d.id = s.document_id"
 _DECLARED = "    returned bigint;\n"
 
@@ -161,15 +157,7 @@ def _narrowed(filters: str, rank: str, visible: str) -> str:
                      LIMIT max_rows - returned;"""
 
     owned = "SELECT o.id FROM documents o WHERE o.owner_id = (SELECT access_user())"
-    return f"""
-            RETURN QUERY
-                SELECT s.document_id, {rank}
-                  FROM (SELECT s.document_id, s.terms FROM document_search s
-                         WHERE s.terms @@ q AND s.filters && scopes {filters} OFFSET 0) s
-                  JOIN documents d ON d.id = s.document_id
-                 WHERE d.deleted_at IS NULL AND {visible}
-                 LIMIT max_rows;
-            GET DIAGNOSTICS returned = ROW_COUNT;
+    return f"""{earlier_revision("0020").narrowed_by_scopes(filters, rank, visible)}
             IF max_rows IS NULL OR returned < max_rows THEN{query("s.access_scope = s.document_id")}
                 GET DIAGNOSTICS found = ROW_COUNT;
                 returned := returned + found;
@@ -209,19 +197,8 @@ def downgrade(*, scope: MigrationScope) -> None:
     create_functions(bind, scope.schema, _helpers(changed=False), replace=True)
     op.drop_index(OWN_SCOPE_INDEX, _SEARCH, schema=scope.schema)
     for trigger, _events, table, _condition in reversed(TRIGGERS):
-        execute_ddl(
-            bind,
-            sql.SQL("DROP TRIGGER {} ON {}.{}").format(
-                sql.Identifier(trigger), sql.Identifier(scope.schema), sql.Identifier(table)
-            ),
-        )
-    for name, arguments, *_rest in reversed(FUNCTIONS):
-        execute_ddl(
-            bind,
-            sql.SQL("DROP FUNCTION {}.{}({})").format(
-                sql.Identifier(scope.schema), sql.Identifier(name), sql.SQL(arguments)
-            ),
-        )
+        drop_trigger(bind, scope.schema, trigger, table=table)
+    drop_functions(bind, scope.schema, reversed(FUNCTIONS))
     for column in reversed(_columns()):
         op.drop_column(_SEARCH, column.name, schema=scope.schema)
 
@@ -258,15 +235,10 @@ def _fill(schema: str) -> None:
     bind.execute(sa.select(sa.func.set_config("dms.actor", "", True)))
 
 
-def _revision(name: str) -> ModuleType:
-    module: ModuleType = op.get_context().script.get_revision(name).module  # type: ignore[union-attr]
-    return module
-
-
 def _helpers(*, changed: bool) -> list[FunctionSource]:
     """Revision 0016's acting user and principals and 0020's share and choice, with this
     revision's bodies or as they were."""
-    first, previous = _revision("0016"), _revision("0020")
+    first, previous = earlier_revision("0016"), earlier_revision("0020")
     was = {f[0]: f for f in (*first.FUNCTIONS, *previous.HELPERS)}
     names = ("access_user", "access_principals", "search_scope_share", "search_narrows")
     if not changed:
@@ -282,18 +254,28 @@ def _helpers(*, changed: bool) -> list[FunctionSource]:
     return [(name, *was[name][1:3], *now[name]) for name in names]
 
 
+def _passes() -> str:
+    """What a search row must pass to be read further: revision 0019's rule for its document,
+    written over the row's copies (owner, own scope, or a folder scope the actor views), so
+    implied by the rule whenever the row agrees with its document."""
+    rule = earlier_revision("0019")
+    return (
+        f"{rule._UNRESTRICTED.format(s='')} OR {rule._OWNED.format(s='', row='s.')}"
+        " OR s.access_scope = s.document_id"
+        f" OR s.access_scope IN ({rule._FOLDER_SCOPES.format(s='')})"
+    )
+
+
 def _parts(*, changed: bool) -> FunctionSource:
     """0020's ``search_visible_parts``, with this revision's reads or as it was."""
-    previous = _revision("0020")
+    previous = earlier_revision("0020")
     if not changed:
         return previous._parts(changed=True)  # type: ignore[no-any-return]
-    first, second = _revision("0017"), _revision("0019")
-    (name, arguments, returns, language, body), *_rest = second._search_functions(changed=True)
-    visible = "(\n    " + second.DOCUMENT_VISIBLE.format(s="", row="d.") + "\n)"
-    body = previous.parts_body(body, first._RANK, visible, _narrowed)
-    passes = PASSES.format(folder_scopes=second._FOLDER_SCOPES.format(s=""))
+    name, arguments, returns, language, body = previous._parts(
+        changed=True, narrowed_queries=_narrowed
+    )
     for was, now, occurrences in (
-        (_PLAIN, f" AND ({passes}){_PLAIN}", 4),
+        (_PLAIN, f" AND ({_passes()}){_PLAIN}", 4),
         (_DECLARED, f"{_DECLARED}    found bigint;\n", 1),
     ):
         if body.count(was) != occurrences:

@@ -102,3 +102,29 @@ def create_trigger(
             sql.Identifier(name),
         ),
     )
+
+
+def drop_functions(conn: Connection, schema: str, functions: Iterable[FunctionSource]) -> None:
+    """Drop each of ``functions`` (as :func:`create_functions` takes them), in the order given."""
+    for name, arguments, *_rest in functions:
+        drop_function(conn, schema, name, arguments=arguments)
+
+
+def drop_function(conn: Connection, schema: str, name: str, *, arguments: str) -> None:
+    """Drop the function ``schema.name(arguments)`` (``arguments`` as it was created with)."""
+    execute_ddl(
+        conn,
+        sql.SQL("DROP FUNCTION {}.{}({})").format(
+            sql.Identifier(schema), sql.Identifier(name), sql.SQL(arguments)
+        ),
+    )
+
+
+def drop_trigger(conn: Connection, schema: str, name: str, *, table: str) -> None:
+    """Drop the trigger ``name`` of ``schema.table``."""
+    execute_ddl(
+        conn,
+        sql.SQL("DROP TRIGGER {} ON {}.{}").format(
+            sql.Identifier(name), sql.Identifier(schema), sql.Identifier(table)
+        ),
+    )
