@@ -28,6 +28,7 @@ from dms.cli import (
     health,
     importing,
     jobs,
+    rules,
     schema,
     search,
     tenants,
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         importing,
         search,
         audit,
+        rules,
     ):
         group.register(commands)
     return parser
