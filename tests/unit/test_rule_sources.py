@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
+from dms.cli import main
 from dms.migrations import alembic_config, script_location
 from dms.migrations.frozen import RuleChange, frozen_rules, pending, write_revision
 from dms.schema import rules
@@ -224,3 +225,23 @@ def test_a_written_revision_freezes_whole_texts_and_follows_head(tmp_path: Path)
     assert list(written.module.RULES) == changes
     assert frozen_rules(again) == {**was, identity: changed.text, tricky.identity: tricky.text}
     assert frozen_rules(again, head) == was
+
+
+def test_dms_rules_diff_says_the_sources_are_what_head_leaves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["rules", "diff"]) == 0
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert capsys.readouterr().out == f"the rule sources are what revision {head} leaves\n"
+
+
+def test_dms_rules_revision_refuses_to_write_an_empty_revision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    versions = sorted(Path(script_location(), "versions").glob("*.py"))
+
+    assert main(["rules", "revision", "-m", "nothing"]) == 1
+
+    assert "error: the rule sources are what revision" in capsys.readouterr().err
+    assert sorted(Path(script_location(), "versions").glob("*.py")) == versions
