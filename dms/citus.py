@@ -25,12 +25,14 @@ PostgreSQL except :func:`is_citus`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from psycopg import sql
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from dms.errors import ClusterError
 from dms.schema.ddl import execute_ddl
@@ -308,3 +310,62 @@ class _Named(sa.types.UserDefinedType[str]):
 _REGCLASS = _Named("regclass")
 _REGNAMESPACE = _Named("regnamespace")
 _TRANSFER_MODE = _Named("citus.shard_transfer_mode")
+
+
+_NESTED = "ALTER ROLE {role} SET citus.allow_nested_distributed_execution = on"
+
+#: Tries at changing the role on Citus, where parallel test processes race to change it.
+_ATTEMPTS = 10
+#: How long one change waits for a lock before it gives up and tries again.
+_LOCK_TIMEOUT = "5s"
+#: Whether the role has the setting on the node that runs it: 't' or 'f'.
+_PROBE = (
+    "SELECT EXISTS (SELECT 1 FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+    " WHERE r.rolname = {name} AND {setting} = ANY (s.setconfig))"
+)
+_SETTING = "citus.allow_nested_distributed_execution=on"
+
+
+def allow_nested_execution(engine: Engine, name: str) -> None:
+    """Give role ``name`` what an application role needs on Citus, on every node.
+
+    For its units of work that name nobody and its raw SQL; Citus does not pass the setting on
+    to its workers. Once set, nothing is changed again (a change locks the role). A change is
+    made node by node, each in a statement of its own: run in one transaction, the
+    coordinator's lock on the role was held while the workers were changed through other
+    connections, and parallel test processes doing the same waited on each other across
+    nodes, a deadlock that neither Citus nor PostgreSQL sees. Parallel processes still race
+    ("tuple concurrently updated", a lock timeout): the loser tries again.
+    """
+    nested = sql.SQL(_NESTED).format(role=sql.Identifier(name))
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+                if _nodes_without_setting(conn, name) == 0:
+                    return
+                text = nested.as_string(conn.connection.driver_connection)
+                execute_ddl(
+                    conn, sql.SQL("SET lock_timeout = {}").format(sql.Literal(_LOCK_TIMEOUT))
+                )
+                execute_ddl(
+                    conn, sql.SQL("SELECT run_command_on_workers({})").format(sql.Literal(text))
+                )
+                execute_ddl(conn, nested)
+        except DBAPIError:
+            if attempt == _ATTEMPTS:
+                raise
+            time.sleep(0.1 * attempt)
+    raise RuntimeError(f"could not set {_SETTING} for {name} on every node")
+
+
+def _nodes_without_setting(conn: sa.Connection, name: str) -> int:
+    """How many nodes, the coordinator included, do not give role ``name`` the setting yet."""
+    probe = sql.SQL(_PROBE).format(name=sql.Literal(name), setting=sql.Literal(_SETTING))
+    text = probe.as_string(conn.connection.driver_connection)
+    here = bool(conn.exec_driver_sql(text).scalar_one())
+    workers = conn.exec_driver_sql(
+        sql.SQL("SELECT result FROM run_command_on_workers({})")
+        .format(sql.Literal(text))
+        .as_string(conn.connection.driver_connection)
+    ).scalars()
+    return int(not here) + sum(str(result) != "t" for result in workers)

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateSchema, DropSchema
 
-from dms import citus, tenancy
+from dms import citus, roles, tenancy
 from dms.config import Settings, settings_of, with_settings
 from dms.domain.validation import check_flag
 from dms.errors import (
@@ -100,6 +100,7 @@ def _create(engine: Engine, slug: str, scripts: Scripts, *, check_users: bool) -
         citus.distribute_schema(conn, schema)
         template = tenant_template(conn, scripts, settings)
         _build_tables(conn, schema, template)
+        roles.grant_tenants(conn, [schema])
         # The recording wrote the schema's version row; the registry's copy goes with it.
         registry.record(conn, schema, template.head)
     return tenant

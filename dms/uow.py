@@ -33,7 +33,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dms import citus
+from dms import citus, roles
 from dms.config import Settings, settings_of
 from dms.domain.audit import ACTOR_SETTING, CONTEXT_SETTING, WORKER, actor_setting, check_context
 from dms.domain.validation import check_optional_id
@@ -116,6 +116,10 @@ class UnitOfWork(TenantTransaction):
         # searches call the tenant's functions, which read the tenant's tables from its node.
         if self._actor is not None or self._context is not None or citus.is_citus(conn):
             _act_as(conn, self._actor, self._context)
+        if self.user_id is not None:
+            # Acting as a user on a connection the policies do not hold would show the user
+            # what they may not see: said once per process and role, in the log.
+            roles.warn_once_if_unprotected(conn)
 
     def _ended(self) -> None:
         self._repositories.clear()

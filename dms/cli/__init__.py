@@ -28,6 +28,7 @@ from dms.cli import (
     health,
     importing,
     jobs,
+    roles,
     rules,
     schema,
     search,
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         importing,
         search,
         audit,
+        roles,
         rules,
     ):
         group.register(commands)

@@ -62,7 +62,11 @@ def _print(report: DriftReport) -> None:
             + (f" and {more} more" if more > 0 else ""),
             level=logging.WARNING,
         )
-    verdict = "no drift" if report.clean else f"{len(report.drifted)} drifted"
+    for problem in report.privileges:
+        print(f"privileges: {problem}: run dms roles setup")
+    verdict = "no drift" if not report.drifted else f"{len(report.drifted)} drifted"
+    if report.privileges:
+        verdict += f", {len(report.privileges)} privilege problem(s)"
     print(
         f"checked {report.checked} tenant(s) against head {report.head} "
         f"in {report.seconds:.1f} s: {verdict}"

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateSchema
 
-from dms import tenancy
+from dms import roles, tenancy
 from dms.config import settings_of
 from dms.fleet.progress import NoProgress, Progress
 from dms.migrations.catalog import (
@@ -41,6 +41,7 @@ from dms.migrations.status import (
     registered_schemas,
     tenant_schemas_in_catalog,
 )
+from dms.roles import PrivilegeProblem
 
 Change = Literal["missing", "unexpected", "differs"]
 
@@ -84,11 +85,13 @@ class DriftReport:
     searching_slowly: tuple[str, ...] = ()
     """Tenants whose search functions' owner is held to row-level security (not drift: their
     searches are right, but a user's read every document instead of an index)."""
+    privileges: tuple[PrivilegeProblem, ...] = ()
+    """Each privilege an application role (``dms roles setup``) lacks or holds in excess."""
 
     @property
     def clean(self) -> bool:
-        """Whether every tenant is exactly as head declares."""
-        return not self.drifted
+        """Whether every tenant is exactly as head declares, and granted exactly as needed."""
+        return not self.drifted and not self.privileges
 
     def as_json(self) -> dict[str, Any]:
         """``dms check --json``."""
@@ -97,6 +100,16 @@ class DriftReport:
             "checked": self.checked,
             "seconds": round(self.seconds, 3),
             "searching_slowly": list(self.searching_slowly),
+            "privileges": [
+                {
+                    "role": p.role,
+                    "schema": p.schema,
+                    "table": p.table,
+                    "privilege": p.privilege,
+                    "missing": p.missing,
+                }
+                for p in self.privileges
+            ],
             "drifted": [
                 {
                     "tenant": drift.tenant,
@@ -144,6 +157,7 @@ def check_drift(
             if digests[schema] != reference.digest
         ]
         slow = schemas_searching_slowly(conn, sorted(s for s in by_schema if s in present))
+        privileges = roles.problems(conn, sorted(s for s in by_schema if s in present))
     others = [
         _elsewhere(by_schema[schema], versions[schema], head, schema in present)
         for schema in sorted(by_schema)
@@ -155,6 +169,7 @@ def check_drift(
         drifted=_with_registry([*drifted, *others], by_schema, versions, recorded or {}, present),
         seconds=time.perf_counter() - started,
         searching_slowly=tuple(sorted(by_schema[schema] for schema in slow)),
+        privileges=tuple(privileges),
     )
 
 

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from dms import citus, tenancy
+from dms import citus, roles, tenancy
 from dms.config import SHARED_SCHEMA, Settings, settings_of
 from dms.domain.validation import check_text
 from dms.driver_errors import QUERY_CANCELED, sqlstate_of
@@ -142,6 +142,8 @@ def migrate_tenant(engine: Engine, migration: TenantMigration, slug: str) -> Ten
                 return _report(slug, before, before, started, Outcome.SKIPPED)
             scope = MigrationScope.tenant(schema, settings)
             migrate_schema(conn, scope, migration.target, migration.direction, migration.scripts)
+            # A table a revision made (either way) is the application's too, from now on.
+            roles.grant_tenants(conn, [schema])
     # Any error of one tenant, whatever raised it, must not stop the others: it is reported.
     except Exception as exc:
         return _failure(engine, slug, before, started, exc)
@@ -288,6 +290,7 @@ class _Run:
                 conn.execute(sa.schema.CreateSchema(SHARED_SCHEMA, if_not_exists=True))
             scope = MigrationScope.shared(settings)
             migrate_schema(conn, scope, migration.target, migration.direction, migration.scripts)
+            roles.grant_shared(conn)
         return _report(SHARED_SCHEMA, before, migration.target, started, Outcome.MIGRATED)
 
     def _tenants(self, migration: TenantMigration, shared: TenantReport | None) -> FleetReport:

@@ -32,3 +32,15 @@ tenants = sa.Table(
     sa.CheckConstraint("schema_name = 'tenant_' || slug", name="schema_name_from_slug"),
     sa.CheckConstraint("state IN ('active', 'suspended')", name="state_known"),
 )
+
+#: The roles the application connects as (``dms roles setup``): the shared tables and every
+#: tenant schema are granted to each, in the transaction that creates or migrates them
+#: (:mod:`dms.roles`, docs/operations.md "Roles").
+application_roles = sa.Table(
+    "application_roles",
+    metadata,
+    sa.Column("role_name", sa.Text, primary_key=True),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+)

@@ -1,0 +1,388 @@
+"""The application's role: created or adopted, granted exactly what it needs, and checked.
+
+Two roles, each with one job (docs/operations.md, "Roles"):
+
+* the **owner** runs DDL: migrations and tenant creation. It owns the shared schema, every
+  tenant schema and everything in them.
+* the **application** reads and writes rows: the application's engine, its workers and the
+  ``dms`` commands an operator runs day to day. Never a superuser, never ``BYPASSRLS``, owning
+  nothing: PostgreSQL exempts superusers and ``BYPASSRLS`` roles from every policy, and an
+  owner from its tables' privileges.
+
+:func:`setup` creates the application role (or adopts an existing one, once it is none of
+those), records it in ``dms.application_roles`` and grants it, on the shared schema and on
+every tenant, exactly the privileges of :func:`expected_table_privileges`. :func:`grant_tenants`
+grants tenant schemas to every recorded role in the caller's transaction: tenant creation and
+every tenant migration call it, so a new tenant, and a table a revision adds, are granted in
+the transaction that makes them. :func:`problems` lists each privilege missing or in excess,
+by schema, table and role (``dms check``); :func:`acting_role_warning` says when a connection
+acts as a role the policies do not hold.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from psycopg import sql
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection, Engine
+
+from dms import citus
+from dms.config import SHARED_SCHEMA, settings_of
+from dms.errors import ConfigurationError, ValidationError
+from dms.migrations.scripts import VERSION_TABLE
+from dms.migrations.status import registered_schemas
+from dms.schema.ddl import execute_ddl
+from dms.schema.shared import application_roles
+
+log = logging.getLogger(__name__)
+
+#: What the application does with the rows of a table it writes.
+WRITE = ("SELECT", "INSERT", "UPDATE", "DELETE")
+#: What it does with the rows of a table it only reads.
+READ = ("SELECT",)
+#: Every table privilege PostgreSQL knows: what is not expected is in excess.
+TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+#: Shared tables the application only reads: the registry (tenants are created by the owner),
+#: the roles and the revision.
+_SHARED_READ_ONLY = ("tenants", application_roles.name, VERSION_TABLE)
+#: Schemas granted per statement (``GRANT ... ON ALL TABLES IN SCHEMA a, b, ...``).
+SCHEMAS_PER_GRANT = 200
+#: A role name: what PostgreSQL takes unquoted, lower case (as ``dms roles setup`` documents).
+_MAX_ROLE_NAME = 63
+
+
+class RoleRefused(ConfigurationError):
+    """The role cannot be the application's: a superuser, ``BYPASSRLS``, or an owner."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivilegeProblem:
+    """A privilege the application role lacks (``missing``) or holds beyond its need."""
+
+    role: str
+    schema: str
+    table: str | None  # None: the schema itself
+    privilege: str
+    missing: bool
+
+    def __str__(self) -> str:
+        """One line: ``role app lacks SELECT on dms.tenants``."""
+        target = self.schema if self.table is None else f"{self.schema}.{self.table}"
+        held = "lacks" if self.missing else "holds, beyond its need,"
+        return f"role {self.role} {held} {self.privilege} on {target}"
+
+
+def expected_table_privileges(schema: str, table: str) -> tuple[str, ...]:
+    """What the application role holds on ``schema.table``: rows read and written, or read."""
+    if table == VERSION_TABLE or (schema == SHARED_SCHEMA and table in _SHARED_READ_ONLY):
+        return READ
+    return WRITE
+
+
+def check_role_name(role: object) -> str:
+    """``role`` if it names a role plainly (lower case, as PostgreSQL folds it), else raise."""
+    if (
+        not isinstance(role, str)
+        or not role
+        or len(role) > _MAX_ROLE_NAME
+        or not (role[0].isalpha() or role[0] == "_")
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in role)
+        or role != role.lower()
+        or role.startswith("pg_")
+    ):
+        raise ValidationError(
+            f"role {role!r}: a role name is 1 to 63 lower-case letters, digits and '_', "
+            "starting with a letter or '_', not 'pg_'"
+        )
+    return role
+
+
+def setup(engine: Engine, role: str) -> int:
+    """Make ``role`` the application's role, on the shared schema and every tenant.
+
+    Creates it (``LOGIN``, no password: authentication is the server's configuration) or
+    adopts it, records it, takes back whatever it held on dms's schemas and grants exactly
+    what :func:`expected_table_privileges` says, a few hundred tenants per transaction.
+    Idempotent.
+    Returns the number of tenant schemas granted. Raises :class:`ValidationError` for a name
+    that is no plain role name and :class:`RoleRefused` for a superuser, a ``BYPASSRLS``
+    role, the connecting role itself, or a role that owns a dms schema.
+    """
+    check_role_name(role)
+    with engine.begin() as conn:
+        _create_or_adopt(conn, role)
+        conn.execute(
+            postgresql.insert(application_roles).values(role_name=role).on_conflict_do_nothing()
+        )
+        _revoke_all(conn, [SHARED_SCHEMA], role)
+        _grant_shared(conn, role)
+        schemas = sorted(registered_schemas(conn))
+        on_citus = citus.is_citus(conn)
+    for start in range(0, len(schemas), SCHEMAS_PER_GRANT):
+        with engine.begin() as conn:
+            chunk = schemas[start : start + SCHEMAS_PER_GRANT]
+            _revoke_all(conn, chunk, role)
+            _grant(conn, chunk, [role])
+    if on_citus:
+        citus.allow_nested_execution(engine, role)
+    return len(schemas)
+
+
+def _create_or_adopt(conn: Connection, role: str) -> None:
+    found = conn.execute(
+        sa.select(_roles.c.rolsuper, _roles.c.rolbypassrls).where(_roles.c.rolname == role)
+    ).one_or_none()
+    if found is None:
+        execute_ddl(
+            conn,
+            sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE").format(
+                sql.Identifier(role)
+            ),
+        )
+        return
+    if found.rolsuper or found.rolbypassrls:
+        kind = "a superuser" if found.rolsuper else "a BYPASSRLS role"
+        raise RoleRefused(
+            f"role {role} is {kind}: PostgreSQL exempts it from row-level security, so it "
+            "cannot be the application's role"
+        )
+    if role == conn.execute(sa.select(sa.func.current_user())).scalar_one():
+        raise RoleRefused(f"role {role} is the one migrating: the application needs its own")
+    owned = _owned_schemas(conn, role)
+    if owned:
+        raise RoleRefused(
+            f"role {role} owns {', '.join(owned[:3])}: an owner is exempt from its tables' "
+            "privileges; the application needs a role that owns nothing of dms"
+        )
+
+
+def _owned_schemas(conn: Connection, role: str) -> list[str]:
+    owner = sa.func.pg_get_userbyid(_namespace.c.nspowner)
+    dms_schemas = sa.or_(
+        _namespace.c.nspname == SHARED_SCHEMA, _namespace.c.nspname.like("tenant\\_%")
+    )
+    query = sa.select(_namespace.c.nspname).where(owner == role, dms_schemas).limit(3)
+    return [str(name) for name in conn.execute(query).scalars()]
+
+
+def _revoke_all(conn: Connection, schemas: Sequence[str], role: str) -> None:
+    """Take back whatever ``role`` was granted on ``schemas`` and their tables.
+
+    :func:`setup` then grants exactly what is needed, whatever was there before.
+    """
+    names = sql.SQL(", ").join(sql.Identifier(schema) for schema in schemas)
+    who = sql.Identifier(role)
+    execute_ddl(conn, sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(names, who))
+    execute_ddl(conn, sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(names, who))
+
+
+def grant_shared(conn: Connection) -> None:
+    """Grant the shared schema to every recorded application role.
+
+    In ``conn``'s transaction: what a migration of the shared schema needs, once its tables
+    exist.
+    """
+    for role in recorded_roles(conn):
+        _grant_shared(conn, role)
+
+
+def _grant_shared(conn: Connection, role: str) -> None:
+    who = sql.Identifier(role)
+    shared = sql.Identifier(SHARED_SCHEMA)
+    users = settings_of(conn.engine).users_schema
+    execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(shared, who))
+    for table in _shared_tables(conn):
+        privileges = sql.SQL(", ").join(
+            sql.SQL(p) for p in expected_table_privileges(SHARED_SCHEMA, table)
+        )
+        execute_ddl(
+            conn,
+            sql.SQL("GRANT {} ON {}.{} TO {}").format(
+                privileges, shared, sql.Identifier(table), who
+            ),
+        )
+    # The IAM's users: read (a name for an id); never written by the application.
+    execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(users), who))
+    execute_ddl(
+        conn,
+        sql.SQL("GRANT SELECT ON {}.users TO {}").format(sql.Identifier(users), who),
+    )
+
+
+def _shared_tables(conn: Connection) -> list[str]:
+    query = (
+        sa.select(_class.c.relname)
+        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
+        .where(_namespace.c.nspname == SHARED_SCHEMA, _class.c.relkind == "r")
+        .order_by(_class.c.relname)
+    )
+    return [str(name) for name in conn.execute(query).scalars()]
+
+
+def recorded_roles(conn: Connection) -> list[str]:
+    """The application roles ``dms roles setup`` recorded (none before it, or before 0023)."""
+    table = sa.func.to_regclass(f"{SHARED_SCHEMA}.{application_roles.name}")
+    if conn.execute(sa.select(table)).scalar_one() is None:
+        return []
+    query = sa.select(application_roles.c.role_name).order_by(application_roles.c.role_name)
+    return [str(name) for name in conn.execute(query).scalars()]
+
+
+def grant_tenants(conn: Connection, schemas: Sequence[str]) -> None:
+    """Grant ``schemas`` (tenants') to every recorded application role.
+
+    In ``conn``'s transaction: what a new tenant or a migrated one needs, once its tables exist.
+    """
+    roles = recorded_roles(conn)
+    if roles and schemas:
+        _grant(conn, schemas, roles)
+
+
+def _grant(conn: Connection, schemas: Sequence[str], roles: Iterable[str]) -> None:
+    """The tenant privileges of ``roles`` on ``schemas``: three statements, whatever the count.
+
+    The version tables are read (status, checks), never written, by the application.
+    """
+    names = sql.SQL(", ").join(sql.Identifier(schema) for schema in schemas)
+    versions = sql.SQL(", ").join(
+        sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(VERSION_TABLE))
+        for schema in schemas
+    )
+    who = sql.SQL(", ").join(sql.Identifier(role) for role in roles)
+    write = sql.SQL(", ").join(sql.SQL(p) for p in WRITE)
+    for statement in (
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(names, who),
+        sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA {} TO {}").format(write, names, who),
+        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON {} FROM {}").format(versions, who),
+    ):
+        execute_ddl(conn, statement)
+
+
+def problems(conn: Connection, schemas: Sequence[str]) -> list[PrivilegeProblem]:
+    """Each privilege a recorded role lacks or holds beyond its need, shared schema included.
+
+    ``schemas``: the tenants' to read; sorted by schema, table, role and privilege. Read with
+    ``has_table_privilege``: what a role holds through ``PUBLIC`` or another role counts
+    too, as it does for PostgreSQL.
+    """
+    found: list[PrivilegeProblem] = []
+    everything = [SHARED_SCHEMA, *schemas]
+    for role in recorded_roles(conn):
+        for start in range(0, len(everything), SCHEMAS_PER_GRANT):
+            chunk = everything[start : start + SCHEMAS_PER_GRANT]
+            found += _schema_problems(conn, role, chunk) + _table_problems(conn, role, chunk)
+    return sorted(found, key=lambda p: (p.schema, p.table or "", p.role, p.privilege))
+
+
+def _schema_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list[PrivilegeProblem]:
+    usage = sa.func.has_schema_privilege(role, _namespace.c.oid, "USAGE")
+    create = sa.func.has_schema_privilege(role, _namespace.c.oid, "CREATE")
+    query = sa.select(_namespace.c.nspname, usage, create).where(_namespace.c.nspname.in_(schemas))
+    found: list[PrivilegeProblem] = []
+    for schema, has_usage, has_create in conn.execute(query):
+        if not has_usage:
+            found.append(_problem(role, schema, None, "USAGE", missing=True))
+        if has_create:
+            found.append(_problem(role, schema, None, "CREATE", missing=False))
+    return found
+
+
+def _table_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list[PrivilegeProblem]:
+    privilege = (
+        sa.func.unnest(sa.literal(list(TABLE_PRIVILEGES), sa.ARRAY(sa.Text)))
+        .table_valued("name")
+        .render_derived(name="privilege")
+    )
+    held = sa.func.has_table_privilege(role, _class.c.oid, privilege.c.name)
+    query = (
+        sa.select(_namespace.c.nspname, _class.c.relname, privilege.c.name, held)
+        .select_from(_class)
+        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
+        .join(privilege, sa.true())
+        .where(_namespace.c.nspname.in_(schemas), _class.c.relkind == "r")
+    )
+    return [
+        _problem(role, schema, table, name, missing=not has)
+        for schema, table, name, has in conn.execute(query)
+        if has != (name in expected_table_privileges(schema, table))
+    ]
+
+
+def _problem(
+    role: str, schema: str, table: str | None, privilege: str, *, missing: bool
+) -> PrivilegeProblem:
+    return PrivilegeProblem(
+        role=role, schema=schema, table=table, privilege=privilege, missing=missing
+    )
+
+
+#: Roles :func:`acting_role_warning` has warned about, once per process each.
+_warned: set[tuple[str, str]] = set()
+
+
+def acting_role_warning(conn: Connection) -> str | None:
+    """Why the policies do not hold the role ``conn`` acts as, or ``None`` if they do.
+
+    A superuser and a ``BYPASSRLS`` role are exempt from every policy; the owner of the
+    shared schema is the migrating role, and an application that connects as it can change
+    what the policies and triggers are.
+    """
+    role = sa.func.current_user()
+    owner = sa.select(sa.func.pg_get_userbyid(_namespace.c.nspowner)).where(
+        _namespace.c.nspname == SHARED_SCHEMA
+    )
+    row = conn.execute(
+        sa.select(
+            _roles.c.rolname,
+            _roles.c.rolsuper,
+            _roles.c.rolbypassrls,
+            owner.scalar_subquery() == _roles.c.rolname,
+        ).where(_roles.c.rolname == role)
+    ).one()
+    name, superuser, bypass, owns = row
+    if superuser:
+        why = "a superuser"
+    elif bypass:
+        why = "a BYPASSRLS role"
+    elif owns:
+        why = "the owner of dms's schemas"
+    else:
+        return None
+    return (
+        f"dms connects as role {name}, {why}: PostgreSQL does not hold it to the row-level "
+        "security that keeps users apart; connect the application as its own role "
+        '(dms roles setup, docs/operations.md "Roles")'
+    )
+
+
+def warn_once_if_unprotected(conn: Connection) -> None:
+    """Log :func:`acting_role_warning` once per process, database and role."""
+    key = (str(conn.engine.url.set(password=None)), str(conn.engine.url.username))
+    if key in _warned:
+        return
+    _warned.add(key)
+    warning = acting_role_warning(conn)
+    if warning is not None:
+        log.warning(warning)
+
+
+_roles = sa.table(
+    "pg_roles",
+    sa.column("oid"),
+    sa.column("rolname"),
+    sa.column("rolsuper"),
+    sa.column("rolbypassrls"),
+)
+_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"), sa.column("nspowner"))
+_class = sa.table(
+    "pg_class",
+    sa.column("oid"),
+    sa.column("relname"),
+    sa.column("relnamespace"),
+    sa.column("relkind"),
+    sa.column("relowner"),
+)
