@@ -143,8 +143,16 @@ def write_revision(script: ScriptDirectory, message: str, changes: Sequence[Rule
 
 
 def _slug(message: str) -> str:
-    words = re.findall(r"[a-z0-9]+", message.lower())
-    return "_".join(words)[:50].rstrip("_") or "rules"
+    """The file name's words: the message's first words, up to about 50 characters."""
+    slug = ""
+    for word in re.findall(r"[a-z0-9]+", message.lower()):
+        if slug and len(slug) + len(word) >= _SLUG_LENGTH:
+            break
+        slug = f"{slug}_{word}" if slug else word
+    return slug or "rules"
+
+
+_SLUG_LENGTH = 50
 
 
 def _revision_text(
@@ -158,7 +166,7 @@ def _revision_text(
         "    ),\n"
         for change in changes
     )
-    down = "None" if head is None else repr(head)
+    down = "None" if head is None else f'"{head}"'
     return _TEMPLATE.format(
         message=message.strip().rstrip(".") + ".",
         number=number,
@@ -174,6 +182,8 @@ def _literal(text: str | None) -> str:
     """``text`` as a Python literal a reader can read: a raw triple-quoted string if it can be."""
     if text is None:
         return "None"
+    if "\n" not in text and not re.search(r'["\\]', text):
+        return f'"{text}"'
     if '"""' in text or text.endswith(("\\", '"')):
         return repr(text)
     return f'r"""{text}"""'

@@ -463,7 +463,8 @@ CREATE TRIGGER access_deleted
     EXECUTE FUNCTION access_object_deleted();
 
 -- Before a row that belongs to a document (a revision, a tag link, a metadata value, a text) is
--- written, the actor needs edit on the document. TG_ARGV[0] names the column that leads to the
+-- written, the actor needs edit on the document: for an update, on the row's document before and
+-- after, so that no row moves from a document the actor may only view. TG_ARGV[0] names the column that leads to the
 -- document: document_id, or revision_id through the revision. A missing document is left to the
 -- foreign key; the database's own triggers and system principals pass.
 CREATE OR REPLACE FUNCTION access_content_rules()
@@ -471,7 +472,7 @@ CREATE OR REPLACE FUNCTION access_content_rules()
     SET search_path = :"schema", pg_temp
 AS $$
 DECLARE
-    written jsonb := to_jsonb(coalesce(NEW, OLD));
+    written jsonb;
     doc uuid;
     doc_scope uuid;
     doc_owner uuid;
@@ -479,16 +480,20 @@ BEGIN
     IF pg_trigger_depth() > 1 OR access_system() THEN
         RETURN coalesce(NEW, OLD);
     END IF;
-    IF TG_ARGV[0] = 'revision_id' THEN
-        SELECT r.document_id INTO doc FROM file_revisions r
-         WHERE r.id = (written ->> 'revision_id')::uuid;
-    ELSE
-        doc := (written ->> 'document_id')::uuid;
-    END IF;
-    SELECT d.access_scope, d.owner_id INTO doc_scope, doc_owner FROM documents d WHERE d.id = doc;
-    IF FOUND THEN
-        PERFORM access_require(doc_scope, doc_owner, 2, 'edit', 'document ' || doc);
-    END IF;
+    -- The row as it was and as it becomes: an update that moves it needs edit on both sides.
+    FOREACH written IN ARRAY array_remove(ARRAY[to_jsonb(OLD), to_jsonb(NEW)], NULL) LOOP
+        IF TG_ARGV[0] = 'revision_id' THEN
+            SELECT r.document_id INTO doc FROM file_revisions r
+             WHERE r.id = (written ->> 'revision_id')::uuid;
+        ELSE
+            doc := (written ->> 'document_id')::uuid;
+        END IF;
+        SELECT d.access_scope, d.owner_id INTO doc_scope, doc_owner
+          FROM documents d WHERE d.id = doc;
+        IF FOUND THEN
+            PERFORM access_require(doc_scope, doc_owner, 2, 'edit', 'document ' || doc);
+        END IF;
+    END LOOP;
     RETURN coalesce(NEW, OLD);
 END
 $$;
@@ -525,15 +530,16 @@ CREATE TRIGGER access_rules
     EXECUTE FUNCTION access_content_rules('revision_id');
 
 -- Before an access entry is written (a grant or a revoke): the actor needs manage on its object,
--- the root's for an entry on neither folder nor document. The entry's user is enlisted first; an
+-- the root's for an entry on neither folder nor document; an update needs it on the object before
+-- and after, so that no entry is taken from an object the actor does not manage. The entry's user is enlisted first; an
 -- object that does not exist is left to the foreign key.
 CREATE OR REPLACE FUNCTION access_entry_rules()
     RETURNS trigger LANGUAGE plpgsql
     SET search_path = :"schema", pg_temp
 AS $$
 DECLARE
-    entry access_entries := coalesce(NEW, OLD);
-    object_scope uuid := '00000000-0000-0000-0000-000000000000'::uuid;
+    entry access_entries;
+    object_scope uuid;
     object_owner uuid;
 BEGIN
     IF TG_OP <> 'DELETE' THEN
@@ -542,18 +548,24 @@ BEGIN
     IF pg_trigger_depth() > 1 OR access_system() THEN
         RETURN coalesce(NEW, OLD);
     END IF;
-    IF entry.folder_id IS NOT NULL THEN
-        SELECT f.access_scope, f.owner_id INTO object_scope, object_owner
-          FROM folders f WHERE f.id = entry.folder_id;
-    ELSIF entry.document_id IS NOT NULL THEN
-        SELECT d.access_scope, d.owner_id INTO object_scope, object_owner
-          FROM documents d WHERE d.id = entry.document_id;
-    END IF;
-    IF object_scope IS NULL THEN
-        RETURN coalesce(NEW, OLD);  -- no such object: the foreign key says so
-    END IF;
-    PERFORM access_require(object_scope, object_owner, 8, 'manage',
-        coalesce('folder ' || entry.folder_id, 'document ' || entry.document_id, 'the root'));
+    -- The entry as it was and as it becomes: moving one needs manage on both objects.
+    FOREACH entry IN ARRAY array_remove(ARRAY[OLD, NEW], NULL) LOOP
+        object_scope := '00000000-0000-0000-0000-000000000000'::uuid;
+        object_owner := NULL;
+        IF entry.folder_id IS NOT NULL THEN
+            SELECT f.access_scope, f.owner_id INTO object_scope, object_owner
+              FROM folders f WHERE f.id = entry.folder_id;
+        ELSIF entry.document_id IS NOT NULL THEN
+            SELECT d.access_scope, d.owner_id INTO object_scope, object_owner
+              FROM documents d WHERE d.id = entry.document_id;
+        END IF;
+        -- No such object (object_scope NULL): the foreign key says so.
+        IF object_scope IS NOT NULL THEN
+            PERFORM access_require(object_scope, object_owner, 8, 'manage',
+                coalesce('folder ' || entry.folder_id, 'document ' || entry.document_id,
+                         'the root'));
+        END IF;
+    END LOOP;
     RETURN coalesce(NEW, OLD);
 END
 $$;
