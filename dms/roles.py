@@ -49,6 +49,10 @@ TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFEREN
 #: Shared tables the application only reads: the registry (tenants are created by the owner),
 #: the roles and the revision.
 _SHARED_READ_ONLY = ("tenants", application_roles.name, VERSION_TABLE)
+#: Tenant tables the application may not write whole: the version table is read; a user is
+#: enlisted in ``known_users`` (by the triggers, in the writing transaction) and never taken out
+#: by the application: a deleted row would take that user's entries and memberships with it.
+_TENANT_NARROWED = {VERSION_TABLE: READ, "known_users": ("SELECT", "INSERT")}
 #: Schemas granted per statement (``GRANT ... ON ALL TABLES IN SCHEMA a, b, ...``).
 SCHEMAS_PER_GRANT = 200
 #: A role name: what PostgreSQL takes unquoted, lower case (as ``dms roles setup`` documents).
@@ -78,9 +82,9 @@ class PrivilegeProblem:
 
 def expected_table_privileges(schema: str, table: str) -> tuple[str, ...]:
     """What the application role holds on ``schema.table``: rows read and written, or read."""
-    if table == VERSION_TABLE or (schema == SHARED_SCHEMA and table in _SHARED_READ_ONLY):
-        return READ
-    return WRITE
+    if schema == SHARED_SCHEMA:
+        return READ if table in _SHARED_READ_ONLY else WRITE
+    return _TENANT_NARROWED.get(table, WRITE)
 
 
 def check_role_name(role: object) -> str:
@@ -196,9 +200,7 @@ def _grant_shared(conn: Connection, role: str) -> None:
     users = settings_of(conn.engine).users_schema
     execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(shared, who))
     for table in _shared_tables(conn):
-        privileges = sql.SQL(", ").join(
-            sql.SQL(p) for p in expected_table_privileges(SHARED_SCHEMA, table)
-        )
+        privileges = _privileges(expected_table_privileges(SHARED_SCHEMA, table))
         execute_ddl(
             conn,
             sql.SQL("GRANT {} ON {}.{} TO {}").format(
@@ -243,23 +245,31 @@ def grant_tenants(conn: Connection, schemas: Sequence[str]) -> None:
 
 
 def _grant(conn: Connection, schemas: Sequence[str], roles: Iterable[str]) -> None:
-    """The tenant privileges of ``roles`` on ``schemas``: three statements, whatever the count.
+    """The tenant privileges of ``roles`` on ``schemas``, in a few statements for any count.
 
-    The version tables are read (status, checks), never written, by the application.
+    Every table is written, then what the narrowed tables may not do is taken back.
     """
     names = sql.SQL(", ").join(sql.Identifier(schema) for schema in schemas)
-    versions = sql.SQL(", ").join(
-        sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(VERSION_TABLE))
-        for schema in schemas
-    )
     who = sql.SQL(", ").join(sql.Identifier(role) for role in roles)
-    write = sql.SQL(", ").join(sql.SQL(p) for p in WRITE)
-    for statement in (
-        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(names, who),
-        sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA {} TO {}").format(write, names, who),
-        sql.SQL("REVOKE INSERT, UPDATE, DELETE ON {} FROM {}").format(versions, who),
-    ):
-        execute_ddl(conn, statement)
+    execute_ddl(conn, sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(names, who))
+    execute_ddl(
+        conn,
+        sql.SQL("GRANT {} ON ALL TABLES IN SCHEMA {} TO {}").format(_privileges(WRITE), names, who),
+    )
+    for table, kept in _TENANT_NARROWED.items():
+        tables = sql.SQL(", ").join(
+            sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+            for schema in schemas
+        )
+        taken = [privilege for privilege in WRITE if privilege not in kept]
+        execute_ddl(
+            conn,
+            sql.SQL("REVOKE {} ON {} FROM {}").format(_privileges(taken), tables, who),
+        )
+
+
+def _privileges(names: Iterable[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.SQL(name) for name in names)
 
 
 def problems(conn: Connection, schemas: Sequence[str]) -> list[PrivilegeProblem]:

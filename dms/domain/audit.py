@@ -59,6 +59,9 @@ OBJECT_TYPES = (
     "access_entry",
     "group",
     "group_member",
+    # A tenant's settings: recording reads, the text search configuration (no object id).
+    "audit_setting",
+    "search_setting",
 )
 
 

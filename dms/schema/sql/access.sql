@@ -655,6 +655,18 @@ CREATE TRIGGER access_rules
     FOR EACH ROW
     EXECUTE FUNCTION access_root_rules();
 
+-- A tenant's settings (whether reads are recorded, the text search configuration) are the
+-- root's: changing them needs manage there.
+CREATE TRIGGER access_rules
+    BEFORE INSERT OR DELETE OR UPDATE ON audit_settings
+    FOR EACH ROW
+    EXECUTE FUNCTION access_root_rules();
+
+CREATE TRIGGER access_rules
+    BEFORE INSERT OR DELETE OR UPDATE ON search_settings
+    FOR EACH ROW
+    EXECUTE FUNCTION access_root_rules();
+
 -- access_scopes and access_grants are derived from the entries: only the database's triggers
 -- write them, and a direct write is refused with a pointer to access_entries.
 CREATE OR REPLACE FUNCTION access_derived_only()

@@ -198,6 +198,18 @@ CREATE TRIGGER audit_row
     FOR EACH ROW
     EXECUTE FUNCTION audit_row('group_member', '');
 
+-- A change of a tenant's settings is recorded like any other: switching off the recording of
+-- reads, or another text search configuration, is itself in the trail.
+CREATE TRIGGER audit_row
+    AFTER INSERT OR DELETE OR UPDATE ON audit_settings
+    FOR EACH ROW
+    EXECUTE FUNCTION audit_row('audit_setting', '');
+
+CREATE TRIGGER audit_row
+    AFTER INSERT OR DELETE OR UPDATE ON search_settings
+    FOR EACH ROW
+    EXECUTE FUNCTION audit_row('search_setting', '');
+
 -- A document's tags and a multi-select value's choices are recorded as sets: one link event
 -- per set a statement changed, with the whole set before and after, however many links changed.
 -- The statement's transition table gives its own links, taken out of (insert) or put back into
