@@ -720,6 +720,7 @@ def test_reads_are_recorded_when_the_tenant_asks(
     with UnitOfWork(engine, tenant=tenant, system="operator") as uow:
         uow.audit.set_record_reads(True)
         uow.commit()
+    mark = _mark(engine, tenant)  # after the setting's own event
     with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
         read_revision_content(uow, store, world.revision)
         with pytest.raises(NotFound):
