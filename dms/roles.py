@@ -69,13 +69,17 @@ class PrivilegeProblem:
 
     role: str
     schema: str
-    table: str | None  # None: the schema itself
+    """The schema, or the database's name (:attr:`database`)."""
+    table: str | None  # None: the schema (or the database) itself
     privilege: str
     missing: bool
+    database: bool = False
 
     def __str__(self) -> str:
         """One line: ``role app lacks SELECT on dms.tenants``."""
         target = self.schema if self.table is None else f"{self.schema}.{self.table}"
+        if self.database:
+            target = f"database {self.schema}"
         held = "lacks" if self.missing else "holds, beyond its need,"
         return f"role {self.role} {held} {self.privilege} on {target}"
 
@@ -126,6 +130,7 @@ def setup(engine: Engine, role: str) -> int:
         _grant_shared(conn, role)
         schemas = sorted(registered_schemas(conn))
         on_citus = citus.is_citus(conn)
+        _no_objects_of_its_own(conn, role, on_citus=on_citus)
     for start in range(0, len(schemas), SCHEMAS_PER_GRANT):
         with engine.begin() as conn:
             chunk = schemas[start : start + SCHEMAS_PER_GRANT]
@@ -134,6 +139,24 @@ def setup(engine: Engine, role: str) -> int:
     if on_citus:
         citus.allow_nested_execution(engine, role)
     return len(schemas)
+
+
+def _no_objects_of_its_own(conn: Connection, role: str, *, on_citus: bool) -> None:
+    """Take back ``TEMPORARY`` and ``CREATE`` on the database, on every node.
+
+    From ``PUBLIC`` too: ``TEMPORARY`` is PostgreSQL's default for every role. A role that can
+    create no object can create no trigger: every trigger that runs on a tenant's tables is
+    then one of dms's own, which is what the policies' trust in a trigger's depth rests on
+    (docs/security.md). dms itself never makes temporary tables.
+    """
+    database = conn.execute(sa.select(sa.func.current_database())).scalar_one()
+    statement = sql.SQL(
+        "REVOKE TEMPORARY, CREATE ON DATABASE {database} FROM PUBLIC, {role}"
+    ).format(database=sql.Identifier(database), role=sql.Identifier(role))
+    execute_ddl(conn, statement)
+    if on_citus:
+        text = statement.as_string(conn.connection.driver_connection)
+        conn.execute(sa.select(sa.func.run_command_on_workers(text)))
 
 
 def _create_or_adopt(conn: Connection, role: str) -> None:
@@ -282,6 +305,7 @@ def problems(conn: Connection, schemas: Sequence[str]) -> list[PrivilegeProblem]
     found: list[PrivilegeProblem] = []
     everything = [SHARED_SCHEMA, *schemas]
     for role in recorded_roles(conn):
+        found += _creation_problems(conn, role)
         for start in range(0, len(everything), SCHEMAS_PER_GRANT):
             chunk = everything[start : start + SCHEMAS_PER_GRANT]
             found += _schema_problems(conn, role, chunk) + _table_problems(conn, role, chunk)
@@ -298,6 +322,40 @@ def _schema_problems(conn: Connection, role: str, schemas: Sequence[str]) -> lis
             found.append(_problem(role, schema, None, "USAGE", missing=True))
         if has_create:
             found.append(_problem(role, schema, None, "CREATE", missing=False))
+    return found
+
+
+def _creation_problems(conn: Connection, role: str) -> list[PrivilegeProblem]:
+    """Where ``role`` could create objects of its own.
+
+    The database (``TEMPORARY``, ``CREATE``) and any schema but the system's (``CREATE``).
+    """
+    database = sa.func.current_database()
+    held = conn.execute(
+        sa.select(
+            database,
+            sa.func.has_database_privilege(role, database, "TEMPORARY"),
+            sa.func.has_database_privilege(role, database, "CREATE"),
+        )
+    ).one()
+    name, temporary, create = held
+    found = [
+        _problem(role, name, None, privilege, missing=False, database=True)
+        for privilege, has in (("TEMPORARY", temporary), ("CREATE", create))
+        if has
+    ]
+    creatable = sa.select(_namespace.c.nspname).where(
+        sa.func.has_schema_privilege(role, _namespace.c.oid, "CREATE"),
+        _namespace.c.nspname.not_like("pg\\_%"),
+        _namespace.c.nspname != "information_schema",
+        # dms's own schemas are read with their tables (_schema_problems).
+        _namespace.c.nspname != SHARED_SCHEMA,
+        _namespace.c.nspname.not_like("tenant\\_%"),
+    )
+    found += [
+        _problem(role, schema, None, "CREATE", missing=False)
+        for schema in conn.execute(creatable).scalars()
+    ]
     return found
 
 
@@ -323,10 +381,21 @@ def _table_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list
 
 
 def _problem(
-    role: str, schema: str, table: str | None, privilege: str, *, missing: bool
+    role: str,
+    schema: str,
+    table: str | None,
+    privilege: str,
+    *,
+    missing: bool,
+    database: bool = False,
 ) -> PrivilegeProblem:
     return PrivilegeProblem(
-        role=role, schema=schema, table=table, privilege=privilege, missing=missing
+        role=role,
+        schema=schema,
+        table=table,
+        privilege=privilege,
+        missing=missing,
+        database=database,
     )
 
 
