@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 from dms import tenancy
 from dms.domain import Cursor, Document, DocumentQuery, MetadataFilter, NewDocument, Page
-from dms.errors import ValidationError
+from dms.errors import PermissionDenied, ValidationError
 from dms.repositories import documents as documents_repository
 from dms.schema import tenant as t
 from dms.schema.tenant import TEXT_PART_MAX_CHARS
@@ -431,20 +431,29 @@ def test_cursors_of_the_two_orders_do_not_mix(uow: UnitOfWork) -> None:
             )
 
 
-def test_a_configuration_change_reindexes_with_stemming(uow: UnitOfWork) -> None:
+def test_a_configuration_change_reindexes_with_stemming(
+    engine: Engine, tenant: str, uow: UnitOfWork
+) -> None:
     with uow:
         with_text(uow, "Runner", "she runs every morning")
         assert uow.search.config() == "simple"
         assert found(uow, "running") == []
-
         uow.search.set_config("english")
         stale = uow.search.stale_documents(after=None, limit=10)
-        uow.search.rebuild(stale)
+        uow.commit()
+    # Search rows are the database's: a user rebuilds none (docs/security.md), an operator does.
+    user = UnitOfWork(engine, tenant=tenant, user_id=uow.user_id)
+    with user as refused, pytest.raises(PermissionDenied):
+        refused.search.rebuild(stale)
+    with UnitOfWork(engine, tenant=tenant, system="operator") as operator:
+        operator.search.rebuild(stale)
+        operator.commit()
 
+    with UnitOfWork(engine, tenant=tenant, user_id=uow.user_id) as reader:
         assert len(stale) == 1
-        assert uow.search.stale_documents(after=None, limit=10) == []
-        assert found(uow, "running") == ["Runner"]
-        assert found(uow, "the") == []  # a stop word now: nothing, and no error
+        assert reader.search.stale_documents(after=None, limit=10) == []
+        assert found(reader, "running") == ["Runner"]
+        assert found(reader, "the") == []  # a stop word now: nothing, and no error
 
 
 @pytest.mark.parametrize("name", ["klingon", "English", "pg_catalog.english", "", "a;b"])

@@ -20,7 +20,9 @@ import dms
 from dms import migrations, provisioning, tenancy
 from dms.config import Settings
 from dms.errors import InvalidTenantName, TenantExists, TenantNotFound, UsersTableMissing
+from dms.schema import rules
 from dms.schema import tenant as t
+from dms.schema.rules import RuleKind
 from dms.testing.factories import FolderFactory
 from dms.uow import UnitOfWork
 from dms.users import create_user, create_users_stand_in
@@ -93,36 +95,10 @@ def test_create_tenant_installs_the_guard_triggers(engine: Engine, tenant: str) 
     with engine.connect() as conn:
         triggers = set(conn.scalars(query, {"schema": tenancy.schema_name(tenant)}))
 
-    # known_users_enlist: one trigger of that name on each table with a column naming a user;
-    # the search_ triggers keep the content search's index in step (migrations 0009, 0010).
-    assert triggers == {
-        "file_revisions_guard",
-        "folders_guard",
-        "known_users_enlist",
-        "search_document_moved",
-        "search_documents_changed",
-        "search_filters_row",
-        "search_folder_moved",
-        "search_links_changed",
-        "search_tag_renamed",
-        "search_text_extracted",
-        # ... and its copies of each document's scope and owner (migration 0021).
-        "search_access_row",
-        "search_access_changed",
-        # The audit trail (migration 0013).
-        "audit_guard",
-        "audit_links_delete",
-        "audit_links_insert",
-        "audit_no_truncate",
-        "audit_row",
-        "audit_stamp",
-        # Access control (migration 0016): rights before each write, scopes kept after.
-        "access_rules",
-        "access_placed",
-        "access_moved",
-        "access_deleted",
-        "access_changed",
-    }
+    # Every trigger the rule sources declare (dms/schema/sql), and no other.
+    declared = {rule.name for rule in rules.load() if rule.kind is RuleKind.TRIGGER}
+    assert triggers == declared
+    assert {"file_revisions_guard", "folders_guard", "audit_guard", "search_rows_guard"} <= triggers
 
 
 def test_tenant_with_the_longest_name_can_be_created(

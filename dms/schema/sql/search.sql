@@ -610,6 +610,29 @@ CREATE TRIGGER search_access_row
     FOR EACH ROW
     EXECUTE FUNCTION search_access_row();
 
+-- The search rows are derived (from the documents, their texts, tags and values) and written
+-- only by the triggers above, or by a system principal rebuilding them: a statement that writes
+-- them itself is refused, so that nobody rewrites a document's words or hides it from everyone's
+-- search. A trigger depth above 1 is one of the tenant's own triggers: the application's role
+-- can create none (docs/security.md).
+CREATE OR REPLACE FUNCTION search_rows_guard()
+    RETURNS trigger LANGUAGE plpgsql
+    SET search_path = :"schema", pg_temp
+AS $$
+BEGIN
+    IF pg_trigger_depth() = 1 AND NOT access_system() THEN
+        RAISE EXCEPTION 'document_search is kept by the database: change the document, its text, tags or values instead'
+            USING ERRCODE = '42501';
+    END IF;
+    RETURN coalesce(NEW, OLD);
+END
+$$;
+
+CREATE TRIGGER search_rows_guard
+    BEFORE INSERT OR DELETE OR UPDATE ON document_search
+    FOR EACH ROW
+    EXECUTE FUNCTION search_rows_guard();
+
 -- A document's new scope or owner goes to its search rows. The documents' rule still decides
 -- every match, so a copy out of step could only hide a document, never show one.
 CREATE OR REPLACE FUNCTION search_access_changed()
