@@ -24,7 +24,8 @@ from sqlalchemy.engine import Engine
 
 from dms.config import Settings, settings_of
 from dms.domain.audit import OPERATOR
-from dms.domain.validation import check_flag, check_timestamp
+from dms.domain.validation import check_flag, check_timestamp, shown
+from dms.errors import ValidationError
 from dms.repositories.audit import SEAL_BATCH, Links
 from dms.schema.tenant import AUDIT_GENESIS
 from dms.uow import UnitOfWork
@@ -47,6 +48,9 @@ class AuditVerification:
     unsealed: int
     broken_at: int | None = None
     problem: str | None = None
+    anchor_pruned: bool = False
+    """An anchor was given and pruning has removed it: the events up to the checkpoint are
+    gone, as pruning leaves them (docs/audit.md, "Anchoring the head outside the database")."""
 
     @property
     def intact(self) -> bool:
@@ -84,13 +88,24 @@ def seal_audit_trail(engine: Engine, tenant: str, *, settings: Settings | None =
 
 
 def verify_audit_trail(
-    engine: Engine, tenant: str, *, seal: bool = True, settings: Settings | None = None
+    engine: Engine,
+    tenant: str,
+    *,
+    seal: bool = True,
+    anchor: tuple[int, bytes] | None = None,
+    settings: Settings | None = None,
 ) -> AuditVerification:
     """Recompute ``tenant``'s chain from its newest checkpoint and report the first broken link.
 
-    ``seal``: seal what is committed first, so that the verification covers it.
+    ``seal``: seal what is committed first, so that the verification covers it. ``anchor``: a
+    head (position, hash) read earlier and kept outside the database (:func:`audit_head`): the
+    event there must still hold that hash, unless pruning removed it (then
+    :attr:`AuditVerification.anchor_pruned`). Events left at or below the newest checkpoint
+    mean that the checkpoint was not made by pruning: broken there.
     """
     check_flag("seal", seal)
+    if anchor is not None:
+        anchor = check_anchor(anchor)
     if seal:
         seal_audit_trail(engine, tenant, settings=settings)
     with _snapshot(engine, tenant, settings) as uow:
@@ -100,13 +115,79 @@ def verify_audit_trail(
             tenant=tenant, checked=0, starts_after=start, head=head, unsealed=uow.audit.unsealed()
         )
         links = uow.audit.check_links(after_seq=start, previous=previous)
-        broken = _first_broken_link(uow, links, start)
+        broken = _left_below_checkpoint(uow, start) or _first_broken_link(uow, links, start)
+        anchored = None if anchor is None else _anchored(uow, anchor, start)
+    if anchor is not None and anchor[0] <= start:
+        found = replace(found, anchor_pruned=True)
+    broken = broken or anchored
     if broken is not None:
         at, link_problem = broken
         return replace(found, checked=at - start - 1, broken_at=at, problem=link_problem)
     problem = _broken_head(head, head_hash, links.last_seq, links.last_hash)
     broken_at = None if problem is None else links.last_seq + 1
     return replace(found, checked=links.count, broken_at=broken_at, problem=problem)
+
+
+def _left_below_checkpoint(uow: UnitOfWork, start: int) -> tuple[int, str] | None:
+    """A checkpoint with events still at or below it: not made by pruning.
+
+    Pruning deletes them in the transaction that records the checkpoint.
+    """
+    left = uow.audit.sealed_through(start) if start else 0
+    if not left:
+        return None
+    return start, (
+        f"{left} event(s) at or below the checkpoint at {start} remain: the checkpoint was not "
+        "made by pruning (forged?)"
+    )
+
+
+def _anchored(uow: UnitOfWork, anchor: tuple[int, bytes], start: int) -> tuple[int, str] | None:
+    """Whether the anchored event still holds its hash (when pruning has not removed it)."""
+    seq, expected = anchor
+    if seq <= start:
+        return None
+    found = uow.audit.hash_at(seq)
+    if found is None:
+        return seq, f"the anchored event {seq} is gone, not by pruning (deleted?)"
+    if found != expected:
+        return seq, f"the anchored event {seq} does not hold the anchored hash: history rewritten"
+    return None
+
+
+def check_anchor(anchor: object) -> tuple[int, bytes]:
+    """``anchor`` as (position, 32-byte hash), else :class:`~dms.errors.ValidationError`."""
+    if (
+        not isinstance(anchor, tuple)
+        or len(anchor) != _ANCHOR_FIELDS
+        or isinstance(anchor[0], bool)
+        or not isinstance(anchor[0], int)
+        or anchor[0] < 1
+        or not isinstance(anchor[1], bytes)
+        or len(anchor[1]) != _HASH_BYTES
+    ):
+        raise ValidationError(
+            f"an anchor is (position >= 1, 32-byte hash) as dms audit head prints it, not "
+            f"{shown(anchor)}"
+        )
+    return anchor[0], anchor[1]
+
+
+_ANCHOR_FIELDS = 2
+_HASH_BYTES = 32
+
+
+def audit_head(
+    engine: Engine, tenant: str, *, settings: Settings | None = None
+) -> tuple[int, bytes]:
+    """``tenant``'s chain head (position, hash), after sealing what is committed.
+
+    The value to keep outside the database and give back to :func:`verify_audit_trail` as its
+    anchor.
+    """
+    seal_audit_trail(engine, tenant, settings=settings)
+    with _snapshot(engine, tenant, settings) as uow:
+        return uow.audit.head()
 
 
 def _first_broken_link(uow: UnitOfWork, links: Links, start: int) -> tuple[int, str] | None:

@@ -16,6 +16,8 @@ from dms import tenancy
 from dms.audit import (
     AuditPruning,
     AuditVerification,
+    audit_head,
+    check_anchor,
     export_audit_trail,
     prune_audit_trail,
     seal_audit_trail,
@@ -25,6 +27,7 @@ from dms.cli.arguments import duration, moment
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.domain.audit import OPERATOR
+from dms.errors import DmsError
 from dms.uow import UnitOfWork
 
 
@@ -43,8 +46,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     verify.add_argument(
         "--no-seal", action="store_true", help="check only what is sealed; seal nothing first"
     )
+    verify.add_argument(
+        "--anchor",
+        type=_anchor,
+        metavar="SEQ:HASH",
+        help="a head that dms audit head printed earlier, kept outside the database: the event "
+        "there must still hold that hash (unless pruned)",
+    )
     add_json_flag(verify)
     verify.set_defaults(run=_verify)
+    head = audit_commands.add_parser(
+        "head",
+        help="seal, then print a tenant's chain head as SEQ:HASH, to keep outside the database",
+    )
+    head.add_argument("--tenant", required=True, help="the tenant")
+    head.set_defaults(run=_head)
     export = audit_commands.add_parser("export", help="a tenant's events as JSON lines")
     export.add_argument("--tenant", required=True, help="the tenant")
     export.add_argument("--since", type=moment, help="from this time on (ISO 8601, inclusive)")
@@ -95,9 +111,26 @@ def _seal(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _anchor(text: str) -> tuple[int, bytes]:
+    """``SEQ:HASH`` (the hash in hex), as ``dms audit head`` prints it."""
+    seq, _, digest = text.partition(":")
+    try:
+        return check_anchor((int(seq), bytes.fromhex(digest)))
+    except (ValueError, DmsError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no anchor: SEQ:HASH as dms audit head prints it"
+        ) from None
+
+
+def _head(ctx: Context, args: argparse.Namespace) -> int:
+    seq, digest = audit_head(ctx.engine, tenancy.validate_slug(args.tenant), settings=ctx.settings)
+    print(f"{seq}:{digest.hex()}")
+    return EXIT_OK
+
+
 def _verify(ctx: Context, args: argparse.Namespace) -> int:
     report = verify_audit_trail(
-        ctx.engine, args.tenant, seal=not args.no_seal, settings=ctx.settings
+        ctx.engine, args.tenant, seal=not args.no_seal, anchor=args.anchor, settings=ctx.settings
     )
     if args.json:
         emit_json({**_fields(report), "intact": report.intact})
@@ -113,6 +146,8 @@ def _fields(report: AuditVerification) -> dict[str, object]:
 def _verdict(report: AuditVerification) -> str:
     where = f" after checkpoint {report.starts_after}" if report.starts_after else ""
     counts = f"{report.checked} event(s) checked{where}, {report.unsealed} not sealed yet"
+    if report.anchor_pruned:
+        counts += f"; the anchor is at or below checkpoint {report.starts_after} (pruned)"
     if report.intact:
         return f"tenant {report.tenant}: intact; {counts}"
     return f"tenant {report.tenant}: BROKEN at event {report.broken_at}: {report.problem}; {counts}"

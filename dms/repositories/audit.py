@@ -335,6 +335,19 @@ class AuditRepository(Repository):
         event_id: uuid.UUID = self._execute(sa.select(_e.c.id).where(_e.c.seq == seq)).scalar_one()
         return event_id
 
+    def sealed_through(self, seq: int) -> int:
+        """How many sealed events sit at or below position ``seq`` (a checkpoint's: none)."""
+        return int(
+            self._execute(
+                sa.select(sa.func.count()).where(_e.c.seq.is_not(None), _e.c.seq <= seq)
+            ).scalar_one()
+        )
+
+    def hash_at(self, seq: int) -> bytes | None:
+        """The hash of the event at position ``seq``; ``None`` if there is none."""
+        found = self._execute(sa.select(_e.c.hash).where(_e.c.seq == seq)).scalar_one_or_none()
+        return None if found is None else bytes(found)
+
     def position_before(self, seq: int, *, after_seq: int) -> int:
         """The position of the last event before ``seq`` (``after_seq`` if there is none)."""
         found = self._execute(

@@ -41,8 +41,10 @@ CREATE TRIGGER audit_stamp
     EXECUTE FUNCTION audit_stamp();
 
 -- Keeps events append-only: an update may only seal an unsealed event (set seq, hash and
--- sealed_at once, everything else unchanged), and a delete is only pruning, of an event at or
--- below the newest checkpoint. Anything else is refused with SQLSTATE 23M05.
+-- sealed_at once, everything else unchanged) at a position after the chain's head, and a delete
+-- is only pruning, of a sealed event at or below the newest checkpoint. Anything else is refused
+-- with SQLSTATE 23M05. (A position at or before the head, such as -1, would let the event be
+-- deleted as if pruned: the change it records would leave no trace.)
 CREATE OR REPLACE FUNCTION audit_guard()
     RETURNS trigger LANGUAGE plpgsql
     SET search_path = :"schema", pg_temp
@@ -51,7 +53,7 @@ DECLARE
     unsealed audit_events;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        IF OLD.seq <= (SELECT max(seq) FROM audit_checkpoints) THEN
+        IF OLD.seq IS NOT NULL AND OLD.seq <= (SELECT max(seq) FROM audit_checkpoints) THEN
             RETURN OLD;
         END IF;
         RAISE EXCEPTION 'audit events are append-only: event % is not below a checkpoint', OLD.id
@@ -61,7 +63,8 @@ BEGIN
     unsealed.seq := NULL;
     unsealed.hash := NULL;
     unsealed.sealed_at := NULL;
-    IF OLD.seq IS NULL AND NEW.seq IS NOT NULL AND unsealed IS NOT DISTINCT FROM OLD THEN
+    IF OLD.seq IS NULL AND NEW.seq > (SELECT c.last_seq FROM audit_chain c)
+       AND unsealed IS NOT DISTINCT FROM OLD THEN
         RETURN NEW;
     END IF;
     RAISE EXCEPTION 'audit events are append-only: event % cannot be changed', OLD.id
@@ -91,6 +94,38 @@ CREATE TRIGGER audit_no_truncate
     BEFORE TRUNCATE ON audit_events
     FOR EACH STATEMENT
     EXECUTE FUNCTION audit_refuse();
+
+-- A checkpoint is where pruning cut the chain, and verification starts from it: it is made only
+-- by pruning (a system principal), at a sealed event and with that event's hash, after every
+-- earlier checkpoint; how many events it prunes and when are recorded by the database, not
+-- told. A checkpoint made any other way would let events be deleted as if pruned.
+CREATE OR REPLACE FUNCTION audit_checkpoint_guard()
+    RETURNS trigger LANGUAGE plpgsql
+    SET search_path = :"schema", pg_temp
+AS $$
+BEGIN
+    IF NOT access_system() THEN
+        RAISE EXCEPTION 'a checkpoint is made by pruning the audit trail, as a system principal'
+            USING ERRCODE = '42501';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM audit_events e WHERE e.seq = NEW.seq AND e.hash = NEW.hash) THEN
+        RAISE EXCEPTION 'a checkpoint is a sealed event: no event % with that hash', NEW.seq
+            USING ERRCODE = '23M05', CONSTRAINT = 'audit_events_append_only';
+    END IF;
+    IF NEW.seq <= coalesce((SELECT max(k.seq) FROM audit_checkpoints k), 0) THEN
+        RAISE EXCEPTION 'a checkpoint comes after every earlier one: % does not', NEW.seq
+            USING ERRCODE = '23M05', CONSTRAINT = 'audit_events_append_only';
+    END IF;
+    NEW.pruned := (SELECT count(*) FROM audit_events e WHERE e.seq <= NEW.seq);
+    NEW.created_at := now();
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER audit_checkpoint_guard
+    BEFORE INSERT ON audit_checkpoints
+    FOR EACH ROW
+    EXECUTE FUNCTION audit_checkpoint_guard();
 
 -- A checkpoint is never changed or deleted: the guard of checkpoints refuses every row.
 CREATE TRIGGER audit_guard
