@@ -312,6 +312,38 @@ def problems(conn: Connection, schemas: Sequence[str]) -> list[PrivilegeProblem]
     return sorted(found, key=lambda p: (p.schema, p.table or "", p.role, p.privilege))
 
 
+def missing_privilege(conn: Connection) -> PrivilegeProblem | None:
+    """The first privilege the connected role lacks of what the application needs, if any.
+
+    What a refusal that names no rule of dms is explained with: the shared schema and the
+    IAM's users first, then every registered tenant (when the registry can be read at all),
+    for ``current_user``.
+    """
+    role = str(conn.execute(sa.select(sa.func.current_user())).scalar_one())
+    users = settings_of(conn.engine).users_schema
+    found = _first_missing(conn, role, [SHARED_SCHEMA, users], users)
+    if (
+        found is not None
+        or not conn.execute(
+            sa.select(sa.func.has_table_privilege(f"{SHARED_SCHEMA}.tenants", "SELECT"))
+        ).scalar_one()
+    ):
+        return found
+    return _first_missing(conn, role, sorted(registered_schemas(conn)), users)
+
+
+def _first_missing(
+    conn: Connection, role: str, schemas: Sequence[str], users: str
+) -> PrivilegeProblem | None:
+    for start in range(0, len(schemas), SCHEMAS_PER_GRANT):
+        chunk = schemas[start : start + SCHEMAS_PER_GRANT]
+        for problem in _schema_problems(conn, role, chunk) + _table_problems(conn, role, chunk):
+            # Of the IAM's schema, only its users table is the application's business.
+            if problem.missing and (problem.schema != users or problem.table in (None, "users")):
+                return problem
+    return None
+
+
 def _schema_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list[PrivilegeProblem]:
     usage = sa.func.has_schema_privilege(role, _namespace.c.oid, "USAGE")
     create = sa.func.has_schema_privilege(role, _namespace.c.oid, "CREATE")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from dms import logs
 from dms.cli import (
@@ -38,9 +38,10 @@ from dms.cli import (
 from dms.cli.context import EXIT_ERROR, Context
 from dms.cli.output import tell
 from dms.config import Settings
-from dms.driver_errors import UNDEFINED_TABLE, sqlstate_of
-from dms.errors import ConfigurationError, DmsError, NotMigrated
+from dms.driver_errors import INSUFFICIENT_PRIVILEGE, UNDEFINED_TABLE, sqlstate_of
+from dms.errors import ConfigurationError, DmsError, NotMigrated, PermissionDenied
 from dms.logs import LOG_FORMATS, LOG_LEVELS
+from dms.roles import missing_privilege
 
 __all__ = [
     "EXIT_CLOSED_PIPE",
@@ -213,6 +214,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _missing_grant(args: argparse.Namespace) -> str | None:
+    """The grant the connected role lacks, named, if it lacks one.
+
+    Read on a connection of its own: the failed one's transaction is over.
+    """
+    context = Context(settings=Settings.from_env(), database_url=args.database_url)
+    try:
+        with context.engine.connect() as conn:
+            missing = missing_privilege(conn)
+    except DBAPIError:
+        return None
+    finally:
+        context.close()
+    if missing is None:
+        return None
+    what = missing.schema if missing.table is None else f"{missing.schema}.{missing.table}"
+    return (
+        f"the role {missing.role} may not {_VERBS.get(missing.privilege, missing.privilege)} "
+        f"{what}: run dms roles setup --app {missing.role} as the owner (docs/operations.md)"
+    )
+
+
+#: A privilege as the refusal says it.
+_VERBS = {
+    "SELECT": "read",
+    "INSERT": "insert into",
+    "UPDATE": "update",
+    "DELETE": "delete from",
+    "USAGE": "use the schema",
+}
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env()
@@ -227,10 +260,18 @@ def _run(args: argparse.Namespace) -> int:
         tell(f"error: cannot use the database: {reason}")
         return EXIT_ERROR
     except ProgrammingError as exc:
+        if sqlstate_of(exc) == INSUFFICIENT_PRIVILEGE:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            tell(f"error: {_missing_grant(args) or f'the server refused: {reason}'}")
+            return EXIT_ERROR
         # Every table a command reads is dms's own: a missing one means a missing migration.
         if sqlstate_of(exc) != UNDEFINED_TABLE:
             raise
         tell(f"error: {NotMigrated()}")
+        return EXIT_ERROR
+    except PermissionDenied as exc:
+        # A right refused by the rules, or a grant missing: the catalog tells them apart.
+        tell(f"error: {_missing_grant(args) or exc}")
         return EXIT_ERROR
     except DmsError as exc:
         tell(f"error: {exc}")

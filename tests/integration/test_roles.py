@@ -208,3 +208,28 @@ def test_dms_roles_setup_and_check_say_what_they_did(
         f"privileges: role {APPLICATION_ROLE} lacks SELECT on {tenancy.schema_name(tenant)}.tags:"
         " run dms roles setup"
     ) in out
+
+
+@pytest.fixture
+def ungranted_role(engine: Engine) -> Iterator[str]:
+    """A login role that nobody granted anything of dms's."""
+    name = f"dms_ungranted_{uuid.uuid4().hex[:8]}"
+    _run(engine, sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    _run(engine, sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+    _run(engine, sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.mark.parametrize("command", [["status"], ["users", "list"]])
+def test_a_missing_grant_is_one_line_naming_it_never_a_traceback(
+    engine: Engine, ungranted_role: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = engine.url.set(username=ungranted_role).render_as_string(hide_password=False)
+
+    assert main(["--database-url", url, *command]) == 1
+
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: the role {ungranted_role} may not use the schema {SHARED_SCHEMA}: run dms roles"
+        f" setup --app {ungranted_role} as the owner (docs/operations.md)\n"
+    )
