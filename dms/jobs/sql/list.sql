@@ -1,0 +1,11 @@
+-- dms.jobs: list, rendered from its Core expression (dms/jobs/rendered.py)
+SELECT dms.processing_jobs.id, dms.processing_jobs.tenant, dms.processing_jobs.kind, dms.processing_jobs.payload,
+       dms.processing_jobs.priority, dms.processing_jobs.state, dms.processing_jobs.attempts, dms.processing_jobs.max_attempts,
+       dms.processing_jobs.run_at, dms.processing_jobs.locked_by, dms.processing_jobs.lease_expires_at,
+       dms.processing_jobs.last_error, dms.processing_jobs.errors, dms.processing_jobs.backoff,
+       dms.processing_jobs.idempotency_key, dms.processing_jobs.created_at, dms.processing_jobs.started_at,
+       dms.processing_jobs.finished_at
+FROM dms.processing_jobs
+WHERE true
+ORDER BY dms.processing_jobs.created_at DESC, dms.processing_jobs.id DESC
+LIMIT %(param_1)s::INTEGER;
