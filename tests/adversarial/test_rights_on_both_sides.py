@@ -61,9 +61,8 @@ def test_what_the_rights_allow_on_both_sides_still_goes(
         f" ('second', '{world.eves}', '{world.eve}')",
     )
     assert second == 1
-    (other,) = read_as_system(
-        engine, world, "SELECT id FROM {s}.documents WHERE title = 'second'"
-    )[0]
+    second_id = "SELECT id FROM {s}.documents WHERE title = 'second'"
+    ((other,),) = read_as_system(engine, world, second_id)
     raw_as(
         app_engine,
         world,
