@@ -1,7 +1,7 @@
 """Operations on the content search's index of tenants: configuration, reindex, backfill.
 
-The index is written by triggers and never drifts from what it indexes (migration 0009); what
-these operations do is what a trigger cannot:
+The index is written by triggers and never drifts from what it indexes
+(dms/schema/sql/search.sql); what these operations do is what a trigger cannot:
 
 * :func:`set_text_search_config` changes how a tenant's text is normalised (``english`` stems
   English words, ``german`` German ones, ``simple`` only folds case and accents). The new
@@ -13,9 +13,9 @@ these operations do is what a trigger cannot:
   :data:`REINDEX_BATCH` documents and finds its work again from the rows themselves, so an
   interrupted run resumes where it stopped, and a finished one has nothing left to do.
 * :func:`backfill_extraction` enqueues the text extraction of every document's current
-  revision that has none yet: revisions uploaded before revision 0009, or whose job was
-  pruned. Jobs are idempotent by revision, so running it twice, or while workers run, enqueues
-  each revision once.
+  revision that has none yet: revisions uploaded before the tenant's schema had the index, or
+  whose job was pruned. Jobs are idempotent by revision, so running it twice, or while workers
+  run, enqueues each revision once.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def unsealed_tenants(engine: Engine, slugs: Iterable[str]) -> dict[str, uuid.UUI
 
     One probe per tenant, each in its own unit of work (on Citus, a statement routed to the
     node holding the tenant); a tenant that does not exist (dropped meanwhile), or has no trail
-    yet (registered, not migrated to 0013), is left out. A value that is not a list of tenant
-    names is refused before any SQL (:class:`~dms.errors.ValidationError`,
+    yet (registered, its schema not migrated to the audit trail), is left out. A value that is
+    not a list of tenant names is refused before any SQL (:class:`~dms.errors.ValidationError`,
     :class:`~dms.errors.InvalidTenantName`).
     """
     if isinstance(slugs, str | bytes) or not isinstance(slugs, Iterable):
@@ -123,7 +123,7 @@ def unsealed_tenants(engine: Engine, slugs: Iterable[str]) -> dict[str, uuid.UUI
         except DBAPIError as exc:
             if sqlstate_of(exc) != UNDEFINED_TABLE:
                 raise
-            # Registered, but not migrated to the trail (0013) yet, as in a rolling upgrade.
+            # Registered, its schema not migrated to the audit trail yet, as in a rolling upgrade.
             _log.debug("tenant %s has no audit trail yet: not sealed", slug)
             continue
         if oldest is not None:

@@ -13,11 +13,11 @@ has served (:func:`note_served` where a tenant is created, migrated or dropped),
 :func:`limit_tenants_per_connection` (which :func:`dms.create_engine` applies) replaces a
 connection at checkout once it has served :data:`TENANTS_PER_CONNECTION`.
 
-The registry also keeps a copy of each tenant schema's Alembic revision (``revision``, from
-revision 0007 of the shared schema on): :func:`recorded_revisions` reads the whole fleet's in one
-query. Only migrations write it (:mod:`dms.migrations.registry`), in the transaction that moves
-the schema's own version table. A :class:`Tenant` leaves it out: the columns it reads exist at
-every revision of the shared schema, so listing tenants works during a migration of it.
+The registry also keeps a copy of each tenant schema's Alembic revision (``revision``, a column an
+older shared schema lacks: :func:`records_revisions`): :func:`recorded_revisions` reads the whole
+fleet's in one query. Only migrations write it (:mod:`dms.migrations.registry`), in the transaction
+that moves the schema's own version table. A :class:`Tenant` leaves it out: the columns it reads
+exist at every revision of the shared schema, so listing tenants works during a migration of it.
 
 This module is the bottom of the tenant stack: :mod:`dms.migrations` and
 :mod:`dms.provisioning` build on it, and it imports neither. A registry that is not there (the
@@ -258,7 +258,7 @@ def registry_exists(conn: Connection) -> bool:
 
 
 def records_revisions(conn: Connection) -> bool:
-    """Whether the registry has its ``revision`` column (the shared schema at 0007 or later).
+    """Whether the registry has its ``revision`` column (an older shared schema lacks it).
 
     Read from the catalog each time, never cached: the shared schema moves under running code.
     """
@@ -303,7 +303,7 @@ def recorded_revisions(conn: Connection) -> dict[str, str | None] | None:
     """Every registered tenant's revision as the registry records it, by schema name.
 
     One query, whatever the number of tenants. ``None`` if the registry does not record
-    revisions (it does not exist, or the shared schema is older than 0007).
+    revisions (it does not exist, or the shared schema predates the column).
     """
     if not records_revisions(conn):
         return None

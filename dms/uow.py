@@ -196,16 +196,16 @@ def _act_as(conn: Connection, actor: str | None, context: str | None) -> None:
     ``set_config`` stays on the coordinator, while the triggers that read it run on the node
     that holds the tenant: there it is ``SET LOCAL``, which Citus replays on that node.
     """
-    # JIT off: the policies price their row rules as if each ran for every row (revision
-    # 0019's probe of a document's own scope runs only for the few documents with entries of
-    # their own), which lifts a large read's estimate over the JIT thresholds; compiling then
-    # took 137 ms of a 490 ms first page of 1,000,000 documents (bench/results/access.md).
+    # JIT off: the policies price their row rules as if each ran for every row (the probe of a
+    # document's own scope runs only for the few documents with entries of their own), which
+    # lifts a large read's estimate over the JIT thresholds, where compiling costs a large share
+    # of a first page's time (docs/access.md; the figure in bench/README.md).
     settings = {ACTOR_SETTING: actor or "", CONTEXT_SETTING: context or "", "jit": "off"}
-    # On Citus a policy is a function of the row (migration 0016) that reads the tenant's
-    # access tables, and so are the searches' functions (migration 0017); run on the node of a
-    # shard, that read is a query nested in a query on a shard, which Citus refuses unless
-    # allowed. It is correct here: every table it reads is in the same tenant schema, whole on
-    # that node, so the nested read never leaves it.
+    # On Citus a policy is a function of the row (named in its comment in dms/schema/sql/access.sql)
+    # that reads the tenant's access tables, and so are the searches' functions
+    # (dms/schema/sql/search.sql); run on the node of a shard, that read is a query nested in a
+    # query on a shard, which Citus refuses unless allowed. It is correct here: every table it reads
+    # is in the same tenant schema, whole on that node, so the nested read never leaves it.
     on_citus = {**settings, "citus.allow_nested_distributed_execution": "on"}
     if citus.set_local_on_every_node(conn, on_citus):
         return

@@ -8,7 +8,7 @@ names less, so what is stored always reads the way it is enforced.
 An entry grants rights to a principal (a user, a group, or everyone) on an object (a folder, a
 document, or the tenant's root). Folders pass their entries on to everything below them unless
 a folder stops inheriting. The owner of a folder or document holds every right on it. The
-database enforces all of it (migration 0016): the domain only names and checks.
+database enforces all of it (dms/schema/sql/access.sql): the domain only names and checks.
 """
 
 from __future__ import annotations

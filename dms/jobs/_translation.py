@@ -26,7 +26,8 @@ TENANT_FOREIGN_KEYS = frozenset(
 STATE_CONSTRAINTS = frozenset(
     {"ck_processing_jobs_state_known", "ck_processing_jobs_finished_when_terminal"}
 )
-#: A state refused by the table: it predates the state (cancelled came with revision 0005).
+#: A state refused by the table: its CHECK predates a state this code knows, so its schema is
+#: behind the code.
 STATE_UNKNOWN: Mapping[str, ErrorFactory] = dict.fromkeys(STATE_CONSTRAINTS, NotMigrated)
 
 

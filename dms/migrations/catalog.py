@@ -314,8 +314,9 @@ def _functions(schemas: Sequence[str]) -> sa.Select[Any]:
     )
 
 
-#: The tenant functions that read under the owner's rights (``SECURITY DEFINER``, revision
-#: 0017): the searches, which serve their indexes only when the owner passes row-level security.
+#: The tenant functions that read under the owner's rights (``SECURITY DEFINER``, in
+#: dms/schema/sql/search.sql): the searches, which serve their indexes only when the owner
+#: passes row-level security.
 SEARCH_FUNCTIONS = ("search_visible_parts", "search_visible_titles")
 _roles = sa.table("pg_roles", sa.column("oid"), sa.column("rolsuper"), sa.column("rolbypassrls"))
 

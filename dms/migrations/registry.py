@@ -1,10 +1,10 @@
 """The registry's copy of each tenant's revision, kept in step with the tenant's version table.
 
-Each tenant schema has its own ``alembic_version``; the registry (``dms.tenants.revision``,
-shared revision 0007) keeps a copy of it, so that ``dms status`` and a no-op ``dms migrate``
-read one table instead of every tenant's (:func:`dms.tenancy.recorded_revisions`). The copy must
-never say what the schema does not, so it is written in the same transaction as the schema's
-own version row, by every path that moves one:
+Each tenant schema has its own ``alembic_version``; the registry (``dms.tenants.revision``) keeps a
+copy of it, so that ``dms status`` and a no-op ``dms migrate`` read one table instead of every
+tenant's (:func:`dms.tenancy.recorded_revisions`). The copy must never say what the schema does not,
+so it is written in the same transaction as the schema's own version row, by every path that moves
+one:
 
 * every Alembic run on a tenant schema (``dms migrate`` / ``downgrade``, plain ``alembic
   upgrade`` / ``downgrade`` / ``stamp``, :func:`~dms.migrations.migrate_schema`) goes through
@@ -14,11 +14,11 @@ own version row, by every path that moves one:
 * a tenant created from the recording (:mod:`dms.provisioning`) gets the head revision with its
   registry row, in its one transaction (:func:`record`).
 
-Locking the row first matters once: the shared migration that adds the column (0007) alters
-the registry, and so waits for every tenant transaction that holds a row; it then fills the
-column from the version tables with no tenant moving meanwhile. Schemas that are not registered
-tenants (the throwaway schemas of the recording and of ``dms check``) have no row: nothing is
-locked or written, and no statement is sent for them.
+Locking the row first matters once: the shared migration that adds the column alters the registry,
+and so waits for every tenant transaction that holds a row; it then fills the column from the
+version tables with no tenant moving meanwhile. Schemas that are not registered tenants (the
+throwaway schemas of the recording and of ``dms check``) have no row: nothing is locked or written,
+and no statement is sent for them.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class RevisionCopy:
 
     Made by :meth:`start` before the first step; an instance whose :attr:`slug` is ``None``
     writes nothing (the shared schema, a schema that is not a registered tenant, or a registry
-    older than shared revision 0007).
+    without its ``revision`` column).
     """
 
     conn: Connection

@@ -1,14 +1,14 @@
 """A new tenant's schema at head, from SQL recorded once per process instead of Alembic per tenant.
 
-Running the tenant part of every revision through Alembic costs tens of milliseconds per tenant
-in Python alone (operations, reflection of the version table, SQL compilation), several times
-what the server needs to build the tables. Creating thousands of tenants is therefore done from
-a recording: :class:`TenantTemplate` runs the revisions once, exactly as a migration runs them,
-on a throwaway schema in a transaction that is rolled back, and keeps every statement they sent
-with the throwaway name cut out. :meth:`TenantTemplate.statement` puts a tenant's schema name
-in, quoted by the driver, and the whole recording runs as one statement batch (one statement
-at a time on Citus, which hands a DDL command's whole query string on to the node that holds
-the schema, and a node refuses several commands in one).
+Running the tenant part of every revision through Alembic costs, in Python alone (operations,
+reflection of the version table, SQL compilation), several times what the server needs to build the
+tables (the figure in bench/README.md). Creating thousands of tenants is therefore done from a
+recording: :class:`TenantTemplate` runs the revisions once, exactly as a migration runs them, on a
+throwaway schema in a transaction that is rolled back, and keeps every statement they sent with the
+throwaway name cut out. :meth:`TenantTemplate.statement` puts a tenant's schema name in, quoted by
+the driver, and the whole recording runs as one statement batch (one statement at a time on Citus,
+which hands a DDL command's whole query string on to the node that holds the schema, and a node
+refuses several commands in one).
 
 Why this is exact: the recording is the SQL the revisions emit against an empty schema on this
 server, the only case tenant creation has (the schema is new). Statements that only read the
@@ -172,12 +172,12 @@ def _users_keys_last(statements: list[str], users_schema: str) -> list[str]:
 def _without_undone(statements: list[str]) -> list[str]:
     """``statements`` less each foreign key that a later statement drops again, both statements.
 
-    Revision 0008 replaces the keys that earlier revisions gave six columns to ``users``; a
-    key to ``users`` costs more the more tenants exist (migration 0008 says why), so a new
-    tenant must not add and drop them. Leaving such a pair out is exact on a new schema: the
-    key checks no rows (the tables are empty), no statement in between can depend on it (a
-    statement that needed it gone would have failed while recording), and its removal leaves
-    nothing in the catalog.
+    A later revision replaces the keys that earlier revisions gave six columns to ``users`` with the
+    one key of ``known_users``; a key to ``users`` costs more the more tenants exist
+    (docs/operations.md, "Creating and dropping tenants", says why), so a new tenant must not add
+    and drop them. Leaving such a pair out is exact on a new schema: the key checks no rows (the
+    tables are empty), no statement in between can depend on it (a statement that needed it gone
+    would have failed while recording), and its removal leaves nothing in the catalog.
     """
     kept: list[str | None] = list(statements)
     for index, text in enumerate(statements):

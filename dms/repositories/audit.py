@@ -1,9 +1,9 @@
 """The audit trail of a tenant: reading events, recording reads, settings, and the hash chain.
 
-The events are written by the database (migration 0013), never by this module, except a read
-(:meth:`AuditRepository.record_read`); what an inserted event says about who and when is the
-database's own stamp either way. This module reads them, and holds the statements of the chain:
-sealing (:meth:`~AuditRepository.seal`), the rows a verification walks, pruning.
+The events are written by the database (its triggers: dms/schema/sql/audit.sql), never by this
+module, except a read (:meth:`AuditRepository.record_read`); what an inserted event says about who
+and when is the database's own stamp either way. This module reads them, and holds the statements of
+the chain: sealing (:meth:`~AuditRepository.seal`), the rows a verification walks, pruning.
 
 The chain: sealing gives each unsealed event, in the order of its time, the next position
 ``seq`` and ``hash = sha256(previous hash || seq as 8 bytes || digest)``, where the digest is

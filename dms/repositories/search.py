@@ -1,17 +1,16 @@
 """Every SQL expression on the content search's tables: settings, extracted text, the index.
 
-``document_search`` is written by the tenant's triggers only (migration 0009): whatever changes
-a document's title, tags, text values, current revision or that revision's text rewrites its
-rows in the same transaction. This module reads it (:func:`matching_parts`, the relevance of
-each matching part, and :func:`titled_like`, for :mod:`dms.repositories.documents`' search),
-stores extracted text (which fires the rebuild), and asks the tenant's own function
-``search_rebuild`` to rebuild documents when the text search configuration changes
-(:meth:`SearchRepository.rebuild`).
+``document_search`` is written by the tenant's triggers only (dms/schema/sql/search.sql): whatever
+changes a document's title, tags, text values, current revision or that revision's text rewrites its
+rows in the same transaction. This module reads it (:func:`matching_parts`, the relevance of each
+matching part, and :func:`titled_like`, for :mod:`dms.repositories.documents`' search), stores
+extracted text (which fires the rebuild), and asks the tenant's own function ``search_rebuild`` to
+rebuild documents when the text search configuration changes (:meth:`SearchRepository.rebuild`).
 
 Under row-level security PostgreSQL cannot use an index for a condition that is not leakproof
 (``@@``, ``ILIKE``): the policy comes first, row by row. So the words and the title fragment
-are read through the tenant's ``SECURITY DEFINER`` functions of migration 0017, which hold the
-condition and the actor's visibility in one query, where the indexes serve them;
+are read through the tenant's ``SECURITY DEFINER`` functions (dms/schema/sql/search.sql), which
+hold the condition and the actor's visibility in one query, where the indexes serve them;
 docs/access.md ("Searching") says what that needs of the role that owns them.
 
 How a query becomes SQL: each term of a :class:`~dms.domain.text_query.TextQuery` becomes a
@@ -25,9 +24,8 @@ Relevance is ``ts_rank_cd`` (cover density: the words of a query close together 
 rank it higher, which is what a user who types a remembered passage wants) over the best part
 of each document, with the weights title 1.0, tags and values 0.4, content 0.1, divided by
 1 + log(length) so that a long document does not win by length alone, plus 1,000 for a part
-that has the query's words next to each other, as typed (migration 0017's
-``search_visible_parts`` computes it). It is ``double precision`` so that a page's cursor
-compares exactly.
+that has the query's words next to each other, as typed (``search_visible_parts`` computes it).
+It is ``double precision`` so that a page's cursor compares exactly.
 """
 
 from __future__ import annotations
@@ -141,13 +139,13 @@ def matching_parts(
     """The index rows that ``query`` matches: ``document_id`` and the part's ``rank``.
 
     Only rows of live documents the actor may view, read by the tenant's function
-    ``search_visible_parts`` (migration 0017), which holds the words' condition and the
+    ``search_visible_parts`` (dms/schema/sql/search.sql), which holds the words' condition and the
     visibility together so that the GIN index serves the words under row-level security too.
-    ``within_all`` and ``within_any`` narrow the rows to documents under every one (at least
-    one) of these folders and tags, in the index itself (``filters``, migration 0010): a common
-    word inside a small folder costs the folder's matches, not the word's. They only narrow:
-    the caller still applies its conditions on ``documents``, and passes ``max_rows`` (the
-    first rows the index yields) only when it has none.
+    ``within_all`` and ``within_any`` narrow the rows to documents under every one (at least one) of
+    these folders and tags, in the index itself (``filters``: the ids of the document's folder,
+    every folder above it and its tags): a common word inside a small folder costs the folder's
+    matches, not the word's. They only narrow: the caller still applies its conditions on
+    ``documents``, and passes ``max_rows`` (the first rows the index yields) only when it has none.
 
     The caller joins ``documents`` on ``document_id`` for its conditions, bounds the
     candidates (:data:`~dms.repositories.documents.RANK_CANDIDATES`) and takes each document's
@@ -182,8 +180,8 @@ def _in_order(tenant: str, query: TextQuery) -> sa.ColumnElement[Any]:
 def titled_like(tenant: str, pattern: str) -> sa.Select[tuple[uuid.UUID]]:
     """The live documents the actor may view whose title is ``ILIKE pattern`` (escape: backslash).
 
-    Read by the tenant's function ``search_visible_titles`` (migration 0017), which holds the
-    pattern and the visibility together so that the trigram index serves the pattern under
+    Read by the tenant's function ``search_visible_titles`` (dms/schema/sql/search.sql), which holds
+    the pattern and the visibility together so that the trigram index serves the pattern under
     row-level security too.
     """
     titled: Function[uuid.UUID] = Function(
