@@ -15,7 +15,7 @@ One root, :class:`DmsError`, so that callers can catch everything of ours in one
     │                               (in dms.migrations.template, beside what it guards)
     ├── FleetStopped                a fleet operation stopped early (server gone, worker died)
     ├── ClusterError                a Citus operation cannot run (not a cluster, unknown node)
-    ├── ValidationError (ValueError) bad input caught before any SQL runs
+    ├── ValidationError (ValueError) bad input caught before any SQL runs; in a job: dead at once
     ├── UnreadableContent (ValueError) a file's bytes are in a format that cannot be read
     ├── StorageError                a blob store failed (unreachable, refused, holds nothing)
     ├── NotFound (LookupError)      a referenced row does not exist, or the actor may not see it
@@ -174,7 +174,11 @@ class FleetInterrupted(KeyboardInterrupt):
 
 
 class ValidationError(DmsError, ValueError):
-    """Input was rejected before any SQL ran."""
+    """Input was rejected before any SQL ran.
+
+    Raised by a job handler (this class or a subclass), it fails the job for good, as a
+    :class:`PermanentFailure` does: bad input never becomes good by waiting.
+    """
 
 
 class NotFound(DmsError, LookupError):
@@ -230,4 +234,7 @@ class StorageError(DmsError):
 
 
 class PermanentFailure(DmsError):
-    """The job cannot succeed however often it is retried; it goes to the dead letter at once."""
+    """The job cannot succeed however often it is retried; it goes to the dead letter at once.
+
+    So does a job whose handler raises a :class:`ValidationError`.
+    """

@@ -174,10 +174,14 @@ def serve(
     engine: Engine,
     port: int,
     *,
-    address: str = "0.0.0.0",  # noqa: S104
+    address: str = "127.0.0.1",
     worker: WorkerCollector | None = None,
 ) -> None:
     """Serve ``/metrics`` on ``address:port`` from a daemon thread, and return at once.
+
+    ``address`` is this host's loopback unless told otherwise: the figures describe the queue
+    and the server to whoever asks, with no authentication, so being reachable from another
+    host is the operator's choice (``0.0.0.0``, or one interface's address), never a default.
 
     :class:`~dms.errors.ConfigurationError` if it cannot: a port in use or out of range, an
     address that does not resolve or is not this host's.

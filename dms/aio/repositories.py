@@ -201,6 +201,12 @@ class AsyncAuditRepository(Protocol):
     async def event_at(self, seq: int) -> uuid.UUID:
         """The id of the event at position ``seq``."""
 
+    async def sealed_through(self, seq: int) -> int:
+        """How many sealed events sit at or below position ``seq`` (a checkpoint's: none)."""
+
+    async def hash_at(self, seq: int) -> bytes | None:
+        """The hash of the event at position ``seq``; ``None`` if there is none."""
+
     async def position_before(self, seq: int, *, after_seq: int) -> int:
         """The position of the last event before ``seq`` (``after_seq`` if there is none)."""
 
@@ -469,20 +475,29 @@ class AsyncImportRepository(Protocol):
     async def import_documents(
         self, entries: Sequence[NewImportedDocument]
     ) -> list[ImportedDocument | None]:
-        """Create each entry's document, first revision and provenance, in one statement.
+        """Create each entry's document, first revision and provenance, in two statements.
 
         One result per input, in order: ``None`` where a live document of the folder already
         has the title (ignoring case), or an earlier entry of the same call took it (nothing is
         written for it; the others go on). Each document is created pointing at its revision,
         at version 2, as :func:`dms.services.add_revision` leaves a new document. Every folder
         must be live, else :class:`~dms.errors.NotFound` and nothing is written. No savepoint:
-        if the database refuses the statement, roll the unit of work back.
+        if the database refuses a statement, roll the unit of work back.
 
-        On Citus, five statements with the same outcome: a document and its first revision
-        reference each other (``fk_documents_current_revision``, not deferrable), so one
-        statement must insert both, and Citus runs each part of a data-modifying ``WITH`` as a
-        statement of its own. There the documents are inserted, then the revisions, then the
-        documents are pointed at them (an ``UPDATE``), and the provenance recorded.
+        The documents (with their provenance) go in first, already pointing at their
+        revisions, then the revisions: row-level security checks a new revision against the
+        documents its statement sees, and no part of a statement sees what another part of it
+        inserted, so one statement writing both was refused under an ordinary role (issue 43).
+        In between, the documents' key to their current revision
+        (:data:`~dms.repositories.documents.CURRENT_REVISION_KEY`) is deferred, and checked
+        again once the revisions are in, before this returns: two ``SET CONSTRAINTS`` more,
+        rather than an ``UPDATE`` of every new document, whose triggers would rebuild its
+        search rows, check the edit right and record an audit event once more.
+
+        On Citus, which passes neither ``SET CONSTRAINTS`` on to the tenant's node nor a
+        data-modifying ``WITH`` whole, five statements, a step each: the documents, a check
+        that they are live, the revisions, the documents pointed at them (an ``UPDATE``), and
+        the provenance.
         """
 
     async def record_content(self, sha256_by_document: Mapping[uuid.UUID, str]) -> None:
@@ -604,7 +619,11 @@ class AsyncRevisionRepository(Protocol):
         """Return the document's revisions, oldest (number 1) first."""
 
     async def current(self, document_id: uuid.UUID) -> Revision | None:
-        """Return the document's current revision (``None`` before the first upload)."""
+        """Return the document's current revision (``None`` before the first upload).
+
+        Raises :class:`NotFound` for a document that does not exist or that the acting user
+        may not view, as every read does (docs/access.md): ``None`` would say that it exists.
+        """
 
     async def find_by_sha256(self, sha256: str) -> list[Revision]:
         """Return the revisions of live documents with this content hash (duplicate warning)."""

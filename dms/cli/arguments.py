@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
 from dms.jobs.model import JobState
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: A duration: a number (decimals allowed) and its unit, nothing else. No unit, no default:
+#: ``--older-than 5`` would mean five seconds to one reader and five days to another.
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+#: The forms of a duration, as ``--help`` texts and refusals name them.
+DURATION_FORMS = "a number and its unit: 45s, 15m, 12h, 30d (1.5h too)"
 #: The highest TCP port.
 MAX_PORT = 65535
 
 
 def duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``12h`` or ``7d``."""
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
-    try:
-        seconds = float(number) * _UNITS[unit]
-        # Infinite, NaN, or beyond timedelta's 999,999,999 days: no duration at all.
-        value = timedelta(seconds=seconds)
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(
-            f"not a duration: {text!r} (try 90s, 15m, 12h, 7d)"
-        ) from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
-    return value
+    """Parse a number and its unit: ``45s``, ``15m``, ``12h``, ``30d`` (``1.5h`` too).
+
+    A number alone is refused, whatever it is: there is no default unit.
+    """
+    match = _DURATION.fullmatch(text)
+    if match is not None:
+        try:
+            return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        except OverflowError:  # beyond timedelta's 999,999,999 days: no duration at all
+            pass
+    raise argparse.ArgumentTypeError(f"not a duration: {text!r} ({DURATION_FORMS})")
 
 
 def job_state(text: str) -> str:

@@ -1,7 +1,9 @@
 """``dms folders create|list|tree``: a tenant's folder tree from the command line.
 
 A folder is named by its id or by its path of names from the top level (``Archive/2026``,
-ignoring case), as ``dms import --into`` names it.
+ignoring case), as ``dms import --into`` names it. A path with an empty name (``a//b``), a
+``.`` or ``..``, or a control character is refused, never mended: it is a typo for some path,
+and reading it as another (``a/b``) would act on a folder not meant.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dms.cli.context import EXIT_OK, Context
 from dms.cli.output import add_json_flag, emit_json
 from dms.domain import Folder
 from dms.domain.audit import OPERATOR
-from dms.errors import NotFound, ValidationError
+from dms.domain.validation import check_folder_path
+from dms.errors import NotFound
 from dms.uow import UnitOfWork
 
 
@@ -47,7 +50,7 @@ def resolve_folder(uow: UnitOfWork, named: str | None) -> uuid.UUID | None:
     """The folder ``named`` (an id, or a path of names from the top level); ``None``: top level.
 
     Raises :class:`NotFound` if a name on the path is not there, :class:`ValidationError` if
-    the path names no folder.
+    the path names no folder or is no path of folder names (:func:`check_folder_path`).
     """
     if named is None:
         return None
@@ -58,7 +61,7 @@ def resolve_folder(uow: UnitOfWork, named: str | None) -> uuid.UUID | None:
     else:
         return uow.folders.get(by_id).id
     folder_id: uuid.UUID | None = None
-    for name in _names(named):
+    for name in check_folder_path(named):
         children = {child.name.lower(): child.id for child in uow.folders.children(folder_id)}
         found = children.get(name.lower())
         if found is None:
@@ -67,18 +70,12 @@ def resolve_folder(uow: UnitOfWork, named: str | None) -> uuid.UUID | None:
     return folder_id
 
 
-def _names(path: str) -> list[str]:
-    names = [name for name in path.split("/") if name]
-    if not names:
-        raise ValidationError(f"{path!r} names no folder")
-    return names
-
-
 def _create(ctx: Context, args: argparse.Namespace) -> int:
     created: list[Folder] = []
+    names = check_folder_path(args.path)  # before any SQL
     with UnitOfWork(ctx.engine, tenant=args.tenant, user_id=args.user) as uow:
         parent: uuid.UUID | None = None
-        for name in _names(args.path):
+        for name in names:
             existing = {child.name.lower(): child for child in uow.folders.children(parent)}
             folder = existing.get(name.lower())
             if folder is None:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
 from types import ModuleType
 
+from sqlalchemy.exc import DBAPIError
+
 from dms import health
 from dms.cli.arguments import duration, port
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.output import add_json_flag, emit_json
+from dms.cli.output import add_json_flag, emit_json, tell
 from dms.errors import ConfigurationError
+from dms.roles import acting_role_warning
+
+#: Where the metrics exporter listens unless told otherwise: this host only (its figures are
+#: served to whoever asks, unauthenticated), as :func:`dms.metrics.serve` by default.
+METRICS_ADDRESS = "127.0.0.1"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,12 +52,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "metrics", help="serve the queue's Prometheus metrics until SIGTERM (dms[metrics])"
     )
     metrics.add_argument("--port", type=port, default=9187, help="TCP port (default 9187)")
-    metrics.add_argument(
-        "--address",
-        default="0.0.0.0",  # noqa: S104 -- an exporter is scraped from other hosts
-        help="address to listen on (default all)",
-    )
+    add_address_option(metrics, "--address")
     metrics.set_defaults(run=_metrics)
+
+
+def add_address_option(parser: argparse.ArgumentParser, flag: str) -> None:
+    """``flag``: the address the metrics exporter listens on, :data:`METRICS_ADDRESS` if none."""
+    parser.add_argument(
+        flag,
+        default=METRICS_ADDRESS,
+        metavar="ADDRESS",
+        help=f"address the metrics listen on (default {METRICS_ADDRESS}: this host only; "
+        "0.0.0.0 for every interface, for a scraper on another host or a container's "
+        "published port)",
+    )
 
 
 def _healthcheck(ctx: Context, args: argparse.Namespace) -> int:
@@ -61,6 +77,7 @@ def _healthcheck(ctx: Context, args: argparse.Namespace) -> int:
         store=ctx.store(location) if location else None,
     )
     healthy = all(c.ok for c in checks)
+    _warn_if_unprotected(ctx)
     figures = None
     if any(c.name == "leases" for c in checks):  # the queue's tables exist: its figures too
         with ctx.engine.connect() as conn:
@@ -74,6 +91,20 @@ def _healthcheck(ctx: Context, args: argparse.Namespace) -> int:
             _print_figures(figures)
         print("healthy" if healthy else "unhealthy")
     return EXIT_OK if healthy else EXIT_ERROR
+
+
+def _warn_if_unprotected(ctx: Context) -> None:
+    """Say it when the application's connection is one the policies do not hold.
+
+    Healthy all the same: the database works, but it does not keep users apart.
+    """
+    try:
+        with ctx.engine.connect() as conn:
+            warning = acting_role_warning(conn)
+    except DBAPIError:
+        return  # unreachable: the checks above say so
+    if warning is not None:
+        tell(f"warning: {warning}", level=logging.WARNING)
 
 
 def _print_figures(figures: health.QueueHealth) -> None:

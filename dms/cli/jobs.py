@@ -27,7 +27,7 @@ from dms.cli.arguments import (
     positive,
 )
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
-from dms.cli.health import metrics_module
+from dms.cli.health import add_address_option, metrics_module
 from dms.cli.limits import register as register_limits
 from dms.cli.output import add_json_flag, confirmed, emit_json, tell
 from dms.cli.schedules import register as register_schedules
@@ -40,27 +40,7 @@ from dms.worker import DocumentWorker
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``worker`` and ``jobs`` with its subcommands to ``commands``."""
-    worker = commands.add_parser("worker", help="process jobs until SIGTERM or Ctrl-C")
-    worker.add_argument("--concurrency", type=positive, default=1, help="threads (default 1)")
-    worker.add_argument(
-        "--app",
-        action="append",
-        default=[],
-        metavar="MODULE:ATTRIBUTE",
-        help="also the job handlers and schedules of this app: a dms.jobs.App, a mapping of "
-        "kinds to handlers, or a callable taking the blob store that returns either "
-        "(repeatable; dms's own handlers always run)",
-    )
-    worker.add_argument("--kinds", nargs="+", help="only these job kinds (each needs a handler)")
-    worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
-    add_blobs_option(worker)
-    worker.add_argument(
-        "--metrics-port",
-        type=port,
-        help="also serve the queue's Prometheus metrics on this port (dms[metrics])",
-    )
-    worker.set_defaults(run=_worker)
-
+    _register_worker(commands)
     job_parser = commands.add_parser("jobs", help="inspect and repair the job queue")
     job_commands = job_parser.add_subparsers(dest="jobs_command", required=True)
     enqueue = job_commands.add_parser("enqueue", help="enqueue one job")
@@ -113,6 +93,31 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     prune.add_argument("--dry-run", action="store_true", help="only count what would go")
     prune.add_argument("--yes", action="store_true", help="confirm that dead jobs go")
     prune.set_defaults(run=_prune)
+
+
+def _register_worker(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``worker``: job threads in this process, with their blob store and metrics."""
+    worker = commands.add_parser("worker", help="process jobs until SIGTERM or Ctrl-C")
+    worker.add_argument("--concurrency", type=positive, default=1, help="threads (default 1)")
+    worker.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTRIBUTE",
+        help="also the job handlers and schedules of this app: a dms.jobs.App, a mapping of "
+        "kinds to handlers, or a callable taking the blob store that returns either "
+        "(repeatable; dms's own handlers always run)",
+    )
+    worker.add_argument("--kinds", nargs="+", help="only these job kinds (each needs a handler)")
+    worker.add_argument("--lease", type=positive, default=30, help="lease in seconds (default 30)")
+    add_blobs_option(worker)
+    worker.add_argument(
+        "--metrics-port",
+        type=port,
+        help="also serve the queue's Prometheus metrics on this port (dms[metrics])",
+    )
+    add_address_option(worker, "--metrics-address")
+    worker.set_defaults(run=_worker)
 
 
 def _register_operations(
@@ -200,7 +205,7 @@ def _worker(ctx: Context, args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         metrics = metrics_module()
         collector = metrics.WorkerCollector(worker.name, worker.stats)
-        metrics.serve(engine, args.metrics_port, worker=collector)
+        metrics.serve(engine, args.metrics_port, address=args.metrics_address, worker=collector)
     print(f"worker {worker.name}: {args.concurrency} thread(s); SIGTERM or Ctrl-C stops it")
     # Everything this process needs is loaded: keep the collector's full passes off those
     # objects (docs/jobs.md, "Running workers in production").

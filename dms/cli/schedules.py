@@ -14,7 +14,7 @@ from dms.cli.arguments import duration, json_value, positive
 from dms.cli.context import EXIT_OK, Context
 from dms.cli.output import add_json_flag, emit_json
 from dms.jobs.enqueue import DEFAULT_MAX_ATTEMPTS
-from dms.jobs.schedules import CATCH_UP, NEVER
+from dms.jobs.schedules import CATCH_UP, CRON_FORM, NEVER
 
 
 def register(job_commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,7 +29,7 @@ def register(job_commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     schedule.add_argument(
         "--cron",
         required=True,
-        help="five fields (minute hour day month weekday), a sixth for seconds, or @hourly",
+        help=f"{CRON_FORM}; any other number of fields is refused",
     )
     schedule.add_argument("--kind", required=True, help="the kind of the jobs it enqueues")
     schedule.add_argument("--tenant", required=True, help="the tenant the jobs work for")

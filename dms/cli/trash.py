@@ -11,7 +11,7 @@ import argparse
 from datetime import datetime, timezone
 
 from dms.blobs import purge_trash
-from dms.cli.arguments import add_blobs_option, duration, positive
+from dms.cli.arguments import DURATION_FORMS, add_blobs_option, duration, positive
 from dms.cli.context import EXIT_ERROR, EXIT_OK, Context
 from dms.cli.output import add_json_flag, confirmed, emit_json
 from dms.domain import Document
@@ -39,7 +39,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--older-than",
         type=duration,
         required=True,
-        help="in the trash longer than this: 90s, 15m, 12h, 30d (0s: everything)",
+        help=f"in the trash longer than this, {DURATION_FORMS}; 0s: everything",
     )
     add_blobs_option(purge)
     purge.add_argument("--dry-run", action="store_true", help="only count what would go")

@@ -13,6 +13,7 @@ raises its own errors (or, for a ``str`` id, sends it as text).
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import date, datetime
@@ -49,6 +50,8 @@ OPTION_MAX_CHARS = 200
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MIME_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*.*")
 _URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
+#: The names a path gives to the folder itself and to its parent.
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 #: How much of a refused value an error message shows.
@@ -150,6 +153,41 @@ def check_name(kind: str, name: object, *, max_chars: int, slash_allowed: bool =
     return name
 
 
+def check_folder_name(name: object) -> str:
+    """Return ``name`` if it can name a folder, else raise :class:`ValidationError`.
+
+    What :func:`check_name` checks, and what a name needs to be one segment of a folder path
+    (``dms folders``, ``dms import --into``; :func:`check_folder_path`): no ``/``, neither
+    ``.`` nor ``..``, and no control character (Unicode category Cc: U+0000-U+001F, DEL,
+    U+0080-U+009F), which no one can type or see; the importer shows those of file names as
+    Control Pictures instead (docs/import.md), so its names pass.
+    """
+    checked = check_name("folder", name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
+    if checked in _DOT_SEGMENTS:
+        raise ValidationError(f"folder name {checked!r} must not be '.' or '..'")
+    if any(unicodedata.category(char) == "Cc" for char in checked):
+        raise ValidationError(f"folder name {shown(checked)} contains a control character")
+    return checked
+
+
+def check_folder_path(path: object) -> list[str]:
+    """Return the names of ``path``, folder names from the top level separated by ``/``.
+
+    ``Archive/2026`` is ``["Archive", "2026"]``. Each name is checked by
+    :func:`check_folder_name`; an empty one (``a//b``, a ``/`` at either end) is refused rather
+    than skipped, since ``a//b`` is a typo for some path, not a spelling of ``a/b``.
+    """
+    text = check_text("folder path", path)
+    if not text.strip("/"):
+        raise ValidationError(f"{text!r} names no folder")
+    names = text.split("/")
+    if "" in names:
+        raise ValidationError(
+            f"folder path {shown(text)} has an empty name (two slashes in a row, or one at an end)"
+        )
+    return [check_folder_name(name) for name in names]
+
+
 def check_field_type(value: object) -> FieldType:
     """Return ``value`` as a :class:`FieldType` (a member or its value), else raise."""
     if isinstance(value, str):
@@ -189,10 +227,16 @@ def check_field_definition(
 def check_revision(
     *, storage_key: object, sha256: object, size_bytes: object, mime_type: object
 ) -> None:
-    """Check the description of an uploaded file before it becomes a revision."""
+    """Check the description of an uploaded file before it becomes a revision.
+
+    A storage key never has ``..`` as a segment: whatever joins it to a directory or a prefix
+    would reach outside of it (blob stores refuse such keys too: :mod:`dms.storage.keys`).
+    """
     if not isinstance(storage_key, str) or not storage_key.strip():
         raise ValidationError(f"storage key must be a non-blank string, not {shown(storage_key)}")
     check_text("storage key", storage_key)
+    if ".." in storage_key.split("/"):
+        raise ValidationError(f"storage key {shown(storage_key)} must not have '..' as a segment")
     if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
         raise ValidationError(f"sha256 must be 64 lowercase hex digits, not {sha256!r}")
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:

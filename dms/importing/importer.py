@@ -3,11 +3,12 @@
 Folders are mirrored as folders, files become documents with a first revision. The tree is
 read in batches of files; each batch is one transaction that claims its blobs
 (content-addressed, :mod:`dms.blobs`) and makes sure their files are there, creates the
-folders level by level (a statement per level), the documents with their revisions and
-provenance (one statement, :meth:`~dms.repositories.imports.ImportRepository.import_documents`),
-enqueues the verification jobs (one per revision, idempotent, one statement) and commits:
-about six round trips for 500 files. An interrupted import therefore leaves whole batches
-behind: every document with its revision, its blob and its job, or nothing.
+folders level by level (a statement per level), the documents with their provenance, then
+their revisions (two statements, the key between them deferred for their time:
+:meth:`~dms.repositories.imports.ImportRepository.import_documents`), enqueues the
+verification jobs (one per revision, idempotent, one statement) and commits: about nine round
+trips for 500 files. An interrupted import therefore leaves whole batches behind: every
+document with its revision, its blob and its job, or nothing.
 
 Three threads work a batch apart: while one batch is in the database, the missing blobs of
 the next are written ahead of its transaction (:func:`dms.blobs.write_ahead`) and the batch

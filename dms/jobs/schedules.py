@@ -8,9 +8,17 @@ per due tick and moves ``next_run_at`` past those ticks in the same transaction.
 enqueued exactly once however many workers tick, and a worker that dies mid-pass leaves
 neither the jobs nor the move behind. Time is the database's clock, never a worker's.
 
-Cron expressions are croniter's (pallets-eco, the library procrastinate and pgqueuer use): five
-fields, a sixth for seconds, or ``@hourly`` and the like, read in the schedule's IANA time zone
-(UTC by default; daylight saving time as croniter handles it). A job's ``run_at`` is its tick.
+Cron expressions have one form: five fields, ``minute hour day month weekday``, as crontab(5)
+has them, or one of its names for such an expression (``@hourly``, ``@daily``, ``@weekly``,
+``@monthly``, ``@yearly``; :data:`CRON_FORM`). Every other number of fields is refused
+(:func:`require_five_fields`): croniter (pallets-eco, the library procrastinate and pgqueuer
+use, which reads them) takes a sixth field as seconds and a seventh as the year, while Quartz
+and Spring put seconds first, so ``*/10 * * * * *`` meant every second of every tenth minute
+to croniter and every ten seconds to Quartz. The finest tick is therefore a minute.
+Expressions are read in the schedule's IANA time zone (UTC by default; daylight saving time as
+croniter handles it). A job's ``run_at`` is its tick. A schedule stored before this rule with
+another number of fields is listed as it is but never ticked (its next run becomes
+:data:`NEVER`, said at ERROR once): register it again with five fields, or remove it.
 
 Ticks missed while no worker ran: a tick at most ``catch_up`` old (default
 :data:`CATCH_UP`) when a worker comes by is still enqueued, each one, in order; older ticks are
@@ -45,7 +53,8 @@ log = logging.getLogger(__name__)
 CATCH_UP = timedelta(minutes=10)
 #: The longest catch-up window a schedule may ask for.
 MAX_CATCH_UP = timedelta(days=7)
-#: Most ticks of one schedule enqueued by one pass (a seconds schedule after a long outage).
+#: Most ticks of one schedule enqueued by one pass (a schedule of every minute catching up on
+#: its longest window is 10,080).
 MAX_TICKS_PER_PASS = 1000
 #: Most due schedules one pass locks and ticks.
 SCHEDULES_PER_PASS = 100
@@ -53,6 +62,28 @@ SCHEDULES_PER_PASS = 100
 NEVER = datetime.max.replace(tzinfo=timezone.utc)
 #: The time a new expression is tried from: one that never fires after it is refused.
 _REFERENCE = datetime(2000, 1, 1, tzinfo=timezone.utc)
+#: The one form of a cron expression, as error messages and ``--help`` name it.
+CRON_FORM = "five fields (minute hour day month weekday), or @hourly, @daily and the like"
+#: Fields of a cron expression.
+CRON_FIELDS = 5
+
+
+def require_five_fields(cron: str) -> None:
+    """Raise :class:`~dms.errors.ValidationError` unless ``cron`` has :data:`CRON_FORM`.
+
+    Only the number of fields (or a name starting ``@``) is checked here; croniter then reads
+    the fields themselves (:meth:`Schedule.next_tick`).
+    """
+    if not _has_cron_form(cron):
+        raise ValidationError(
+            f"cron must be a cron expression of {CRON_FORM}, not {shown(cron)}: "
+            f"{len(cron.split())} fields"
+        )
+
+
+def _has_cron_form(cron: str) -> bool:
+    fields = cron.split()
+    return len(fields) == CRON_FIELDS or (len(fields) == 1 and fields[0].startswith("@"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +91,8 @@ class Schedule:
     """A job (``kind``, ``payload``, ``tenant``, ...) to enqueue at every tick of ``cron``.
 
     Invalid values raise :class:`~dms.errors.ValidationError` here, naming the field: a cron
-    expression croniter does not read, or one that never fires; a time zone the system's
+    expression of another number of fields than five (:func:`require_five_fields`), one
+    croniter does not read, or one that never fires; a time zone the system's
     time-zone database does not know; and anything :class:`~dms.jobs.NewJob` refuses.
     """
 
@@ -78,6 +110,7 @@ class Schedule:
         """Check everything that can be checked without the database."""
         require_name("name", self.name)
         require_name("cron", self.cron)
+        require_five_fields(self.cron)
         require_name("timezone", self.timezone)
         self.job_at(_REFERENCE)  # the job's fields, as enqueue would check them
         require_duration("catch_up", self.catch_up, maximum=MAX_CATCH_UP, zero=True)
@@ -111,8 +144,7 @@ class Schedule:
             ) from None
         except (CroniterBadCronError, ValueError, KeyError):
             raise ValidationError(
-                f"cron must be a cron expression (five fields, a sixth for seconds, or @hourly "
-                f"and the like), not {shown(self.cron)}"
+                f"cron must be a cron expression of {CRON_FORM}, not {shown(self.cron)}"
             ) from None
         return tick.astimezone(timezone.utc)
 
@@ -231,12 +263,20 @@ def tick_schedules(target: Executor) -> list[Tick]:
 def _pass(state: ScheduleState, now: datetime) -> tuple[Tick, datetime]:
     """The ticks of ``state`` due at ``now``, and its next tick after them."""
     schedule = state.schedule
+    if not _has_cron_form(schedule.cron):
+        log.error(
+            "schedule %s: cron %s is not five fields (minute hour day month weekday) and is "
+            "never ticked: register it again with five fields, or remove it",
+            schedule.name,
+            shown(schedule.cron),
+        )
+        return Tick(schedule.name, (), None), NEVER
     tick = state.next_run_at
     skipped_until = None
     oldest = now - schedule.catch_up
     if tick < oldest:
-        # Jump over the skipped span instead of walking it: a seconds schedule idle for a
-        # month would take millions of steps.
+        # Jump over the skipped span instead of walking it: a schedule of every minute idle
+        # for a year would take half a million steps.
         skipped_until = _previous_tick(schedule, oldest, after=tick)
         tick = _next_or_never(schedule, oldest - timedelta(microseconds=1))
     ticks: list[datetime] = []
@@ -249,7 +289,8 @@ def _pass(state: ScheduleState, now: datetime) -> tuple[Tick, datetime]:
 def _next_or_never(schedule: Schedule, after: datetime) -> datetime:
     """The next tick after ``after``, or :data:`NEVER` after the last one.
 
-    A year field can pass: the schedule stays, listed, and is never due again.
+    Five fields always have a next tick once one was found (:class:`Schedule` checks that);
+    should croniter find none, the schedule stays, listed, and is never due again.
     """
     try:
         return schedule.next_tick(after)
@@ -302,15 +343,22 @@ def _row(schedule: Schedule, *, next_run_at: datetime) -> dict[str, Any]:
 
 
 def _state(row: RowMapping) -> ScheduleState:
-    schedule = Schedule(
-        name=row["name"],
-        cron=row["cron"],
-        kind=row["kind"],
-        tenant=row["tenant"],
-        payload=row["payload"],
-        timezone=row["timezone"],
-        priority=row["priority"],
-        max_attempts=row["max_attempts"],
-        catch_up=row["catch_up"],
-    )
+    fields = {
+        "name": row["name"],
+        "kind": row["kind"],
+        "tenant": row["tenant"],
+        "payload": row["payload"],
+        "timezone": row["timezone"],
+        "priority": row["priority"],
+        "max_attempts": row["max_attempts"],
+        "catch_up": row["catch_up"],
+    }
+    cron = row["cron"]
+    if _has_cron_form(cron):
+        schedule = Schedule(cron=cron, **fields)
+    else:
+        # Stored before five fields were required: listed and removable as it is, never
+        # ticked (_pass). Checked as any schedule but for its cron, then given its own.
+        schedule = Schedule(cron="* * * * *", **fields)
+        object.__setattr__(schedule, "cron", cron)
     return ScheduleState(schedule, row["next_run_at"], row["last_tick_at"], row["skipped_until"])

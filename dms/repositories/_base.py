@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import Executable
@@ -22,6 +23,7 @@ from dms.driver_errors import (
     sqlstate_of,
 )
 from dms.errors import TenantNotFound, ValidationError
+from dms.schema.ddl import execute_ddl
 
 #: What a statement routed to the schema of an unregistered tenant fails with.
 _MISSING_RELATION = frozenset({UNDEFINED_TABLE, INVALID_SCHEMA_NAME})
@@ -63,12 +65,28 @@ class Repository:
         try:
             return self._conn.execute(statement, parameters)
         except DBAPIError as exc:
-            if sqlstate_of(exc) in _MISSING_RELATION and not self._tenant_registered():
-                raise TenantNotFound(f"tenant {self._tenant!r} does not exist") from exc
-            denied = permission_denied(exc)
-            if denied is not None:
-                raise denied from exc
+            self._raise_recognised(exc)
             raise
+
+    def _execute_command(self, command: sql.Composable) -> None:
+        """Run ``command``, which Core cannot express (``SET CONSTRAINTS``), as :meth:`_execute`.
+
+        Composed with :mod:`psycopg.sql` (names quoted by the driver), and with schema names
+        spelled out: routing (``schema_translate_map``) applies to Core statements only.
+        """
+        try:
+            execute_ddl(self._conn, command)
+        except DBAPIError as exc:
+            self._raise_recognised(exc)
+            raise
+
+    def _raise_recognised(self, exc: DBAPIError) -> None:
+        """Raise what ``exc`` means if it is a missing tenant or a refused change."""
+        if sqlstate_of(exc) in _MISSING_RELATION and not self._tenant_registered():
+            raise TenantNotFound(f"tenant {self._tenant!r} does not exist") from exc
+        denied = permission_denied(exc)
+        if denied is not None:
+            raise denied from exc
 
     def _tenant_registered(self) -> bool:
         with self._conn.engine.connect() as probe:

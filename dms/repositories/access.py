@@ -3,8 +3,8 @@
 Groups, members, entries, and the access columns of folders and documents (``owner_id``,
 ``inherits``).
 
-The database enforces access (migration 0016): row-level security hides what the actor may not
-view, and triggers refuse a change the actor has no right to (42501, raised here as
+The database enforces access (dms/schema/sql/access.sql): row-level security hides what the
+actor may not view, and triggers refuse a change the actor has no right to (42501, raised here as
 :class:`~dms.errors.PermissionDenied` by :meth:`Repository._execute`). This repository asks
 before it writes whether the object is visible at all, so that an object the actor may not see
 is :class:`~dms.errors.NotFound`, exactly as one that does not exist.
@@ -80,7 +80,7 @@ class AccessRepository(Repository):
         """Make ``user_id`` a member of ``group_id`` (again: no change)."""
         group, user = check_id("group", group_id), check_id("user", user_id)
         statement = insert(_members).values(group_id=group, user_id=user).on_conflict_do_nothing()
-        with translated(self._conn, f"member {user} of group {group}"):
+        with translated(self._conn, f"member {user} of group {group}", user=user):
             self._execute(statement)
 
     def remove_member(self, group_id: uuid.UUID, user_id: uuid.UUID) -> bool:
@@ -135,7 +135,7 @@ class AccessRepository(Repository):
             )
             .returning(*_entries.c)
         )
-        with translated(self._conn, f"access entry {values}"):
+        with translated(self._conn, f"access entry {values}", user=user_id):
             return _entry(self._execute(statement).one())
 
     def revoke(
@@ -189,7 +189,7 @@ class AccessRepository(Repository):
         table = t.folders if "folder_id" in where else t.documents
         object_id = next(iter(where.values()))
         statement = sa.update(table).where(table.c.id == object_id).values(owner_id=owner)
-        with translated(self._conn, f"owner of {object_id}"):
+        with translated(self._conn, f"owner of {object_id}", user=owner):
             self._execute(statement)
 
     def owner(

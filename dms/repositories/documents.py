@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from psycopg import sql
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.engine import Row
 from sqlalchemy.sql.dml import Insert
@@ -48,6 +49,11 @@ from .errors import translated
 #: not exact. docs/search.md says what that means and bench/results/search.md what it saves.
 RANK_CANDIDATES = 2000
 
+#: The documents' key to their current revision (composite: only one of the document's own),
+#: declared ``DEFERRABLE INITIALLY IMMEDIATE``; only an import's batch defers it
+#: (:func:`check_current_revisions`).
+CURRENT_REVISION_KEY = "fk_documents_current_revision"
+
 _d = t.documents
 _TITLE_KEY = sa.func.lower(_d.c.title)
 _LIKE_ESCAPE = "\\"
@@ -67,6 +73,14 @@ def document(row: Row[Any]) -> Document:
 def live_id(document_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
     """Return: the id of ``document_id`` if it is a live (not deleted) document."""
     return sa.select(_d.c.id).where(_d.c.id == document_id, _d.c.deleted_at.is_(None))
+
+
+def any_id(document_id: uuid.UUID) -> sa.Select[tuple[uuid.UUID]]:
+    """Return: the id of ``document_id`` if it is a document, live or deleted.
+
+    As every read, only one the acting user may view (row-level security, docs/access.md).
+    """
+    return sa.select(_d.c.id).where(_d.c.id == document_id)
 
 
 def is_live(document_id: sa.ColumnElement[uuid.UUID]) -> sa.ColumnElement[bool]:
@@ -103,11 +117,12 @@ class DocumentRepository(Repository):
         """Create a document in ``folder_id`` (top level if ``None``); no revision yet."""
         check_name("document", title, max_chars=TITLE_MAX_CHARS)
         check_optional_id("folder", folder_id)
+        author = self._actor()  # before any SQL, as the checks above
         self._lock_live_folder(folder_id)
-        with translated(self._conn, f"document {title!r} in folder {folder_id}"):
+        with translated(self._conn, f"document {title!r} in folder {folder_id}", user=author):
             row = self._execute(
                 sa.insert(_d)
-                .values(title=title, folder_id=folder_id, created_by=self._actor())
+                .values(title=title, folder_id=folder_id, created_by=author)
                 .returning(*COLUMNS)
             ).one()
         return document(row)
@@ -455,12 +470,13 @@ class DocumentRepository(Repository):
             return []
         in_folders = {d.folder_id for d in documents}
         rows = [{"title": d.title, "folder_id": d.folder_id} for d in documents]
-        with translated(self._conn, f"{len(documents)} documents", savepoint=False):
+        author = self._actor()
+        with translated(self._conn, f"{len(documents)} documents", savepoint=False, user=author):
             created = self._execute(
                 _add_many_statement(),
                 {
                     "documents": _recordset.encode(rows),
-                    "created_by": self._actor(),
+                    "created_by": author,
                     **folders.folder_parameters(in_folders),
                 },
             )
@@ -635,4 +651,21 @@ def _set_current_statement() -> sa.Executable:
             version=_d.c.version + 1,
             updated_at=sa.func.now(),
         )
+    )
+
+
+def check_current_revisions(schema: str, *, deferred: bool) -> sql.Composed:
+    """Return: check :data:`CURRENT_REVISION_KEY` of ``schema``'s documents at commit, or now.
+
+    ``SET CONSTRAINTS``, which Core cannot express, for the rest of the transaction:
+    ``deferred``, the rows that statements insert or change are checked at commit; else they
+    are checked at each statement's end again, as without it, and those changed while the
+    key was deferred are checked at once (a violation is raised by this command). The schema
+    is named: routing (``schema_translate_map``) does not reach this command. Only on plain
+    PostgreSQL: Citus does not pass it on to the node that holds the tenant.
+    """
+    return sql.SQL("SET CONSTRAINTS {}.{} {}").format(
+        sql.Identifier(schema),
+        sql.Identifier(CURRENT_REVISION_KEY),
+        sql.SQL("DEFERRED" if deferred else "IMMEDIATE"),
     )

@@ -8,6 +8,7 @@ clearer error (``folders_no_cycle`` is a clearer story than "check violation").
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -15,6 +16,11 @@ from sqlalchemy.engine import Connection
 
 from dms import driver_errors
 from dms.driver_errors import ErrorFactory
+from dms.errors import NotFound
+
+#: ``known_users``' key to the IAM's ``users``: what refuses a row that names a user who does
+#: not exist (trigger ``known_users_enlist`` adds the user there first: ``schema/sql/users.sql``).
+UNKNOWN_USER = "fk_known_users_id_users"
 
 
 @contextmanager
@@ -24,18 +30,28 @@ def translated(
     *,
     constraints: Mapping[str, ErrorFactory] | None = None,
     savepoint: bool = True,
+    user: uuid.UUID | None = None,
 ) -> Iterator[None]:
     """Run a block in a savepoint and raise database errors as domain errors.
 
-    ``what`` and ``constraints`` are those of :func:`dms.driver_errors.translate`. The
-    savepoint keeps the unit of work usable after a refused statement: only the block is
-    undone, and the caller may go on or roll back. Bulk writes pass ``savepoint=False``: two
-    round trips fewer per statement, and a refusal leaves the transaction aborted, to be
-    rolled back (what an import does with a batch that fails anyway).
+    ``what`` and ``constraints`` are those of :func:`dms.driver_errors.translate`. ``user`` is
+    the user whom the block's rows name (the acting user who writes them, a grantee, an owner):
+    if the IAM's ``users`` table has no such user, the error is :class:`~dms.errors.NotFound`
+    naming them, rather than a refusal of ``what``. The savepoint keeps the unit of work usable
+    after a refused statement: only the block is undone, and the caller may go on or roll back.
+    Bulk writes pass ``savepoint=False``: two round trips fewer per statement, and a refusal
+    leaves the transaction aborted, to be rolled back (what an import does with a batch that
+    fails anyway).
     """
+    if user is not None:
+        constraints = {UNKNOWN_USER: _unknown(user), **(constraints or {})}
     with driver_errors.translated(what, constraints=constraints):
         if savepoint:
             with conn.begin_nested():
                 yield
         else:
             yield
+
+
+def _unknown(user: uuid.UUID) -> ErrorFactory:
+    return lambda: NotFound(f"user {user} does not exist (not in the IAM's users table)")

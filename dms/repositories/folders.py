@@ -21,10 +21,9 @@ from sqlalchemy.engine import Row
 
 from dms.domain import Folder, NewFolder
 from dms.domain.validation import (
-    FOLDER_NAME_MAX_CHARS,
     check_flag,
+    check_folder_name,
     check_id,
-    check_name,
     check_optional_id,
 )
 from dms.driver_errors import ErrorFactory
@@ -125,13 +124,14 @@ class FolderRepository(Repository):
 
     def add(self, *, name: str, parent_id: uuid.UUID | None = None) -> Folder:
         """Create a folder under ``parent_id`` (top level if ``None``)."""
-        check_name("folder", name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
+        check_folder_name(name)
         check_optional_id("parent folder", parent_id)
+        author = self._actor()  # before any SQL, as the checks above
         self._require_live(parent_id)
-        with translated(self._conn, f"folder {name!r} under {parent_id}"):
+        with translated(self._conn, f"folder {name!r} under {parent_id}", user=author):
             row = self._execute(
                 sa.insert(_f)
-                .values(name=name, parent_id=parent_id, created_by=self._actor())
+                .values(name=name, parent_id=parent_id, created_by=author)
                 .returning(*COLUMNS)
             ).one()
         return folder(row)
@@ -149,7 +149,7 @@ class FolderRepository(Repository):
     def rename(self, folder_id: uuid.UUID, *, name: str) -> Folder:
         """Rename a folder; raises :class:`AlreadyExists` if a sibling has the name."""
         check_id("folder", folder_id)
-        check_name("folder", name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
+        check_folder_name(name)
         return self._update(folder_id, f"folder {name!r}", name=name)
 
     def move(self, folder_id: uuid.UUID, *, parent_id: uuid.UUID | None) -> Folder:
@@ -289,17 +289,18 @@ class FolderRepository(Repository):
         the statement, roll the unit of work back.
         """
         for folder in folders:
-            check_name("folder", folder.name, max_chars=FOLDER_NAME_MAX_CHARS, slash_allowed=False)
+            check_folder_name(folder.name)
         if not folders:
             return []
         parents = {f.parent_id for f in folders}
         rows = [{"name": f.name, "parent_id": f.parent_id} for f in folders]
-        with translated(self._conn, f"{len(folders)} folders", savepoint=False):
+        author = self._actor()
+        with translated(self._conn, f"{len(folders)} folders", savepoint=False, user=author):
             created = self._execute(
                 _add_many_statement(),
                 {
                     "folders": _recordset.encode(rows),
-                    "created_by": self._actor(),
+                    "created_by": author,
                     **folder_parameters(parents),
                 },
             )

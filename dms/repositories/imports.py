@@ -4,9 +4,10 @@ One row per imported entry, keyed by the folder it was imported into and its sou
 raw bytes of the file name): re-running an import finds what is already there by that key,
 whatever titles the entries got and wherever users moved them since.
 
-:meth:`ImportRepository.import_documents` writes new documents, their first revisions and
-their provenance in one statement (data-modifying ``WITH``), the parts of which come from the
-modules that own ``documents``, ``file_revisions`` and ``folders``.
+:meth:`ImportRepository.import_documents` writes new documents with their provenance (a
+data-modifying ``WITH``), then their first revisions, the key between them deferred for those
+two statements; the parts come from the modules that own ``documents``, ``file_revisions`` and
+``folders``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dms import citus
+from dms import citus, tenancy
 from dms.domain import ImportedEntry, NewDocument, NewRevision
 from dms.domain.validation import TITLE_MAX_CHARS, check_name
 from dms.errors import NotFound, ValidationError
@@ -116,20 +117,29 @@ class ImportRepository(Repository):
     def import_documents(
         self, entries: Sequence[NewImportedDocument]
     ) -> list[ImportedDocument | None]:
-        """Create each entry's document, first revision and provenance, in one statement.
+        """Create each entry's document, first revision and provenance, in two statements.
 
         One result per input, in order: ``None`` where a live document of the folder already
         has the title (ignoring case), or an earlier entry of the same call took it (nothing is
         written for it; the others go on). Each document is created pointing at its revision,
         at version 2, as :func:`dms.services.add_revision` leaves a new document. Every folder
         must be live, else :class:`~dms.errors.NotFound` and nothing is written. No savepoint:
-        if the database refuses the statement, roll the unit of work back.
+        if the database refuses a statement, roll the unit of work back.
 
-        On Citus, five statements with the same outcome: a document and its first revision
-        reference each other (``fk_documents_current_revision``, not deferrable), so one
-        statement must insert both, and Citus runs each part of a data-modifying ``WITH`` as a
-        statement of its own. There the documents are inserted, then the revisions, then the
-        documents are pointed at them (an ``UPDATE``), and the provenance recorded.
+        The documents (with their provenance) go in first, already pointing at their
+        revisions, then the revisions: row-level security checks a new revision against the
+        documents its statement sees, and no part of a statement sees what another part of it
+        inserted, so one statement writing both was refused under an ordinary role (issue 43).
+        In between, the documents' key to their current revision
+        (:data:`~dms.repositories.documents.CURRENT_REVISION_KEY`) is deferred, and checked
+        again once the revisions are in, before this returns: two ``SET CONSTRAINTS`` more,
+        rather than an ``UPDATE`` of every new document, whose triggers would rebuild its
+        search rows, check the edit right and record an audit event once more.
+
+        On Citus, which passes neither ``SET CONSTRAINTS`` on to the tenant's node nor a
+        data-modifying ``WITH`` whole, five statements, a step each: the documents, a check
+        that they are live, the revisions, the documents pointed at them (an ``UPDATE``), and
+        the provenance.
         """
         rows = [_import_row(entry) for entry in entries]
         if not rows:
@@ -137,28 +147,73 @@ class ImportRepository(Repository):
         if citus.is_citus(self._conn):
             return self._import_step_by_step(entries, rows)
         in_folders = {entry.folder_id for entry in entries}
-        with translated(self._conn, f"{len(rows)} imported documents", savepoint=False):
-            created = self._execute(
-                _import_documents_statement(),
-                {
-                    "entries": _recordset.encode(rows),
-                    "actor": self._actor(),
-                    **folders.folder_parameters(in_folders),
-                },
-            )
-            by_revision = {row.revision_id: row.document_id for row in created}
-        if not by_revision:
+        created = self._insert_with_revisions(rows, in_folders)
+        if not created:
             # Every title was taken, or a folder is missing (then nothing was written at all).
             self._require_live_folders(in_folders)
-        results: list[ImportedDocument | None] = []
-        for row in rows:
-            document_id = by_revision.get(row["revision_id"])
-            results.append(
-                None
-                if document_id is None
-                else ImportedDocument(document_id=document_id, revision_id=row["revision_id"])
+        return [
+            ImportedDocument(document_id=row["document_id"], revision_id=row["revision_id"])
+            if row["document_id"] in created
+            else None
+            for row in rows
+        ]
+
+    def _insert_with_revisions(
+        self, rows: list[dict[str, Any]], in_folders: set[uuid.UUID | None]
+    ) -> set[uuid.UUID]:
+        """Insert the documents of ``rows``, then their revisions; return the documents' ids.
+
+        The key from the documents to their revisions is deferred for these two statements
+        only, and checked before this returns: whatever the caller does next in the
+        transaction is checked at each statement's end, as everywhere else. (On an error the
+        transaction is aborted, to be rolled back, and the key goes with it.)
+        """
+        schema = tenancy.schema_name(self._tenant)
+        self._execute_command(documents.check_current_revisions(schema, deferred=True))
+        created = self._insert_documents(rows, in_folders)
+        self._insert_first_revisions([row for row in rows if row["document_id"] in created])
+        with translated(self._conn, f"{len(created)} imported documents", savepoint=False):
+            self._execute_command(documents.check_current_revisions(schema, deferred=False))
+        return created
+
+    def _insert_documents(
+        self, rows: list[dict[str, Any]], in_folders: set[uuid.UUID | None]
+    ) -> set[uuid.UUID]:
+        """Insert the documents of ``rows`` and their provenance; return the ids inserted."""
+        columns = (
+            "document_id",
+            "revision_id",
+            "title",
+            "folder_id",
+            "source_name",
+            "source_path",
+            "sha256",
+        )
+        with translated(self._conn, f"{len(rows)} imported documents", savepoint=False):
+            return set(
+                self._execute(
+                    _import_documents_statement(),
+                    {
+                        "entries": _recordset.encode([{c: r[c] for c in columns} for r in rows]),
+                        "actor": self._actor(),
+                        **folders.folder_parameters(in_folders),
+                    },
+                ).scalars()
             )
-        return results
+
+    def _insert_first_revisions(self, rows: list[dict[str, Any]]) -> None:
+        """Insert the revision of each of ``rows``, whose documents are in, pointing at it."""
+        if not rows:
+            return
+        columns = ("revision_id", "document_id", "storage_key", "sha256", "size_bytes", "mime_type")
+        with translated(self._conn, f"{len(rows)} imported revisions", savepoint=False):
+            self._execute(
+                _import_revisions_statement(),
+                {
+                    "revisions": _recordset.encode([{c: r[c] for c in columns} for r in rows]),
+                    "actor": self._actor(),
+                },
+            )
 
     def _import_step_by_step(
         self, entries: Sequence[NewImportedDocument], rows: list[dict[str, Any]]
@@ -280,8 +335,9 @@ def _import_row(entry: NewImportedDocument) -> dict[str, Any]:
     return {
         "title": entry.title,
         "folder_id": entry.folder_id,
-        # Chosen here, not by the database: the document row names its revision before the
-        # revision row exists (both are inserted by the same statement).
+        # Chosen here, not by the database: a document names its revision before the revision
+        # exists, and each of the two statements finds its rows of the batch by them.
+        "document_id": uuid.uuid4(),
         "revision_id": uuid.uuid4(),
         "source_name": entry.source_name.hex(),
         "source_path": entry.source_path.hex(),
@@ -291,35 +347,34 @@ def _import_row(entry: NewImportedDocument) -> dict[str, Any]:
 
 @functools.cache
 def _import_documents_statement() -> sa.Executable:
-    """Documents, their revisions and their provenance from ``:entries``, in one statement.
+    """Documents and their provenance from ``:entries``, in one statement.
 
     ``WITH entries AS (SELECT ... FROM json_to_recordset(:entries)), created AS (INSERT INTO
     documents ... WHERE`` the folders are live and locked ``ON CONFLICT DO NOTHING RETURNING
-    ...), revised AS (INSERT INTO file_revisions SELECT ... FROM created JOIN entries ...),
-    recorded AS (INSERT INTO import_provenance SELECT ... FROM created JOIN entries ...)
-    SELECT`` each created document's id and revision id. Only created documents get a revision
-    and provenance; the foreign keys between the three are checked at the end of the
-    statement, when all rows are in.
+    ...), recorded AS (INSERT INTO import_provenance SELECT ... FROM created JOIN entries ...)
+    SELECT`` the id of each created document. Each document points at its revision (not in
+    yet: the key is deferred), at version 2. Only created documents get provenance (which
+    row-level security does not cover: its foreign key to ``documents``, checked at the end of
+    the statement, sees the new documents).
     """
     batch = recordset(
         "entries",
         [
+            ("document_id", sa.Uuid()),
+            ("revision_id", sa.Uuid()),
             ("title", sa.Text()),
             ("folder_id", sa.Uuid()),
-            ("revision_id", sa.Uuid()),
             ("source_name", sa.Text()),
             ("source_path", sa.Text()),
-            ("storage_key", sa.Text()),
             ("sha256", sa.Text()),
-            ("size_bytes", sa.BigInteger()),
-            ("mime_type", sa.Text()),
         ],
     )
     entries = sa.select(batch).cte("entries")
     actor = sa.bindparam("actor", type_=sa.Uuid())
     created = documents.insert_new(
-        ["title", "folder_id", "created_by", "current_revision_id", "version"],
+        ["id", "title", "folder_id", "created_by", "current_revision_id", "version"],
         sa.select(
+            entries.c.document_id,
             entries.c.title,
             entries.c.folder_id,
             actor,
@@ -327,19 +382,6 @@ def _import_documents_statement() -> sa.Executable:
             sa.literal(2, sa.Integer()),
         ).where(folders.all_live_locked()),
     ).cte("created")
-    joined = created.join(entries, entries.c.revision_id == created.c.current_revision_id)
-    revised = revisions.insert_from(
-        ["id", "document_id", "storage_key", "sha256", "size_bytes", "mime_type", "uploaded_by"],
-        sa.select(
-            created.c.current_revision_id,
-            created.c.id,
-            entries.c.storage_key,
-            entries.c.sha256,
-            entries.c.size_bytes,
-            entries.c.mime_type,
-            actor,
-        ).select_from(joined),
-    ).cte("revised")
     recorded = (
         sa.insert(_p)
         .from_select(
@@ -351,14 +393,40 @@ def _import_documents_statement() -> sa.Executable:
                 created.c.id,
                 entries.c.sha256,
                 actor,
-            ).select_from(joined),
+            ).select_from(created.join(entries, entries.c.document_id == created.c.id)),
         )
         .cte("recorded")
     )
-    return (
+    return sa.select(created.c.id).add_cte(recorded)
+
+
+@functools.cache
+def _import_revisions_statement() -> sa.Executable:
+    """First revisions from ``:revisions``, of documents that point at them already.
+
+    ``INSERT INTO file_revisions SELECT ... FROM json_to_recordset(:revisions)``. The
+    documents were inserted by an earlier statement, so the revisions' policy sees them.
+    """
+    batch = recordset(
+        "revisions",
+        [
+            ("revision_id", sa.Uuid()),
+            ("document_id", sa.Uuid()),
+            ("storage_key", sa.Text()),
+            ("sha256", sa.Text()),
+            ("size_bytes", sa.BigInteger()),
+            ("mime_type", sa.Text()),
+        ],
+    )
+    return revisions.insert_from(
+        ["id", "document_id", "storage_key", "sha256", "size_bytes", "mime_type", "uploaded_by"],
         sa.select(
-            created.c.id.label("document_id"), created.c.current_revision_id.label("revision_id")
-        )
-        .add_cte(revised)
-        .add_cte(recorded)
+            batch.c.revision_id,
+            batch.c.document_id,
+            batch.c.storage_key,
+            batch.c.sha256,
+            batch.c.size_bytes,
+            batch.c.mime_type,
+            sa.bindparam("actor", type_=sa.Uuid()),
+        ),
     )

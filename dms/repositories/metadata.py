@@ -51,9 +51,9 @@ _c = t.document_metadata_choices
 OPTION_COLUMNS = (_o.c.id, _o.c.field_id, _o.c.value, _o.c.position, _o.c.retired_at)
 
 _new_values = insert(_v)
-#: A document's value of a field, inserted or replaced; one row per value, all value columns
-#: given (those of other types NULL), so that one statement serves every type and a document's
-#: values go in one execution. Built once: ``excluded`` costs a millisecond to build.
+#: A document's value of a field, inserted or replaced; one row per value, all value columns given
+#: (those of other types NULL), so that one statement serves every type and a document's values go
+#: in one execution. Built once: ``excluded`` is slow to build (the figure in bench/README.md).
 _UPSERT_VALUE = _new_values.on_conflict_do_update(
     index_elements=[_v.c.document_id, _v.c.field_id],
     # EXCLUDED's default, not now(): Citus refuses functions that are not IMMUTABLE in
@@ -379,16 +379,15 @@ class MetadataRepository(Repository):
         ]
         if rows:
             # One statement, not one per row: the audit trail records a value's new choices as
-            # one change of its set (migration 0013).
+            # one change of its set (its statement triggers: dms/schema/sql/audit.sql).
             self._execute(sa.insert(_c).values(rows))
 
     def _insert_field(self, name: str, kind: FieldType, *, required: bool) -> uuid.UUID:
-        with translated(self._conn, f"metadata field {name!r}"):
+        author = self._actor()
+        with translated(self._conn, f"metadata field {name!r}", user=author):
             field_id: uuid.UUID = self._execute(
                 sa.insert(_f)
-                .values(
-                    name=name, field_type=kind.value, required=required, created_by=self._actor()
-                )
+                .values(name=name, field_type=kind.value, required=required, created_by=author)
                 .returning(_f.c.id)
             ).scalar_one()
         return field_id

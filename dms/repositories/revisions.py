@@ -77,8 +77,9 @@ class RevisionRepository(Repository):
         check_revision(
             storage_key=storage_key, sha256=sha256, size_bytes=size_bytes, mime_type=mime_type
         )
+        uploader = self._actor()  # before any SQL, as the checks above
         self._require_live_document(document_id)
-        with translated(self._conn, f"revision of document {document_id}"):
+        with translated(self._conn, f"revision of document {document_id}", user=uploader):
             row = self._execute(
                 sa.insert(_r)
                 .values(
@@ -87,7 +88,7 @@ class RevisionRepository(Repository):
                     sha256=sha256,
                     size_bytes=size_bytes,
                     mime_type=mime_type,
-                    uploaded_by=self._actor(),
+                    uploaded_by=uploader,
                 )
                 .returning(*COLUMNS)
             ).one()
@@ -123,12 +124,21 @@ class RevisionRepository(Repository):
         return [revision(row) for row in rows]
 
     def current(self, document_id: uuid.UUID) -> Revision | None:
-        """Return the document's current revision (``None`` before the first upload)."""
+        """Return the document's current revision (``None`` before the first upload).
+
+        Raises :class:`NotFound` for a document that does not exist or that the acting user
+        may not view, as every read does (docs/access.md): ``None`` would say that it exists.
+        """
         check_id("document", document_id)
         row = self._execute(
             sa.select(*COLUMNS).where(_r.c.id == documents.current_revision_of(document_id))
         ).one_or_none()
-        return None if row is None else revision(row)
+        if row is not None:
+            return revision(row)
+        # Rarely here (before a first upload): a second query only then tells the two apart.
+        if self._execute(documents.any_id(document_id)).one_or_none() is None:
+            raise NotFound(f"document {document_id} does not exist")
+        return None
 
     def find_by_sha256(self, sha256: str) -> list[Revision]:
         """Return the revisions of live documents with this content hash (duplicate warning)."""
@@ -166,11 +176,12 @@ class RevisionRepository(Repository):
             raise ValidationError("add_many takes at most one revision per document")
         if not rows:
             return []
+        uploader = self._actor()
         self._require_live_documents(documents)
-        with translated(self._conn, f"{len(rows)} revisions", savepoint=False):
+        with translated(self._conn, f"{len(rows)} revisions", savepoint=False, user=uploader):
             added = self._execute(
                 _add_many_statement(),
-                {"revisions": _recordset.encode(rows), "uploaded_by": self._actor()},
+                {"revisions": _recordset.encode(rows), "uploaded_by": uploader},
             )
             by_document = {row.document_id: row.id for row in added}
         return [by_document[document_id] for document_id in documents]
@@ -221,7 +232,9 @@ def insert_from(columns: Sequence[str], rows: sa.Select[Any]) -> sa.Insert:
     """Return: insert ``rows`` (values of ``columns``) as revisions, in one statement.
 
     The guard numbers each (``revision_no``, gap-free per document) after locking its
-    document; a document inserted earlier in the same statement is seen by it.
+    document. Every document must have been inserted by an earlier statement: row-level
+    security checks a new revision against the documents its statement's snapshot sees, and
+    no part of a ``WITH`` sees what another part of the same statement inserts (issue 43).
     """
     return sa.insert(_r).from_select(list(columns), rows)
 

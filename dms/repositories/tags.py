@@ -74,9 +74,10 @@ class TagRepository(Repository):
     def add(self, *, name: str) -> Tag:
         """Create a tag; raises :class:`AlreadyExists` if one has the name, ignoring case."""
         check_name("tag", name, max_chars=TAG_NAME_MAX_CHARS)
-        with translated(self._conn, f"tag {name!r}"):
+        author = self._actor()
+        with translated(self._conn, f"tag {name!r}", user=author):
             row = self._execute(
-                sa.insert(_t).values(name=name, created_by=self._actor()).returning(*COLUMNS)
+                sa.insert(_t).values(name=name, created_by=author).returning(*COLUMNS)
             ).one()
         return tag(row)
 

@@ -190,12 +190,17 @@ documents = sa.Table(
         f"btrim(title) <> '' AND length(title) <= {TITLE_MAX_CHARS}", name="title_valid"
     ),
     sa.CheckConstraint("version >= 1", name="version_positive"),
-    # A document's current revision must be one of its own revisions.
+    # A document's current revision must be one of its own revisions. Deferrable, yet checked
+    # at each statement's end unless a transaction defers it: an import's batch inserts
+    # documents already pointing at the revisions that it inserts next, and is the only one
+    # that defers it (dms.repositories.imports).
     sa.ForeignKeyConstraint(
         ["id", "current_revision_id"],
         ["file_revisions.document_id", "file_revisions.id"],
         name="fk_documents_current_revision",
         use_alter=True,
+        deferrable=True,
+        initially="IMMEDIATE",
     ),
 )
 sa.Index("ix_documents_folder_id", documents.c.folder_id)

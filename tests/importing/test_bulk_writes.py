@@ -174,6 +174,23 @@ def test_imported_documents_point_at_their_first_revision_with_provenance(
         assert sorted(uow.documents.titles_in(folder.id)) == ["Taken.txt", "a.txt"]
 
 
+def test_the_key_to_a_current_revision_is_checked_at_once_again_after_an_import(
+    uow: UnitOfWork,
+) -> None:
+    """The import defers the documents' key to their current revision for its own statements
+    only: a later statement that points a document at another one's revision is refused by
+    itself, not at commit, and the document keeps its revision."""
+    with uow:
+        first, second = _imports(uow).import_documents(
+            [_imported("a.txt", None, b"a"), _imported("b.txt", None, b"b")]
+        )
+        assert first is not None
+        assert second is not None
+        with pytest.raises(NotFound, match="refers to a row that does not exist"):
+            uow.documents.set_current_revision(first.document_id, second.revision_id)
+        assert uow.documents.get(first.document_id).current_revision_id == first.revision_id
+
+
 def test_an_import_into_a_deleted_folder_writes_nothing(uow: UnitOfWork) -> None:
     with uow:
         live = uow.folders.add(name="Live")

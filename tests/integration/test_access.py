@@ -21,6 +21,7 @@ from dms.domain import DocumentQuery
 from dms.domain.access import ALL_RIGHTS, Rights, check_rights
 from dms.errors import NotFound, PermissionDenied, ValidationError
 from dms.schema import tenant as t
+from dms.services import add_revision
 from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 from tests.conftest import new_user
@@ -112,6 +113,32 @@ def test_a_user_sees_only_what_is_granted_to_them(
         with pytest.raises(NotFound):
             uow.folders.get(world.private)
         assert [f.id for f in uow.folders.children(None)] == [world.shared]
+
+
+def test_the_current_revision_of_a_document_one_may_not_view_is_not_found(
+    app_engine: Engine, tenant: str, world: World
+) -> None:
+    """As every read of what a user may not view: NotFound, as for a document not there."""
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        uploaded = add_revision(
+            uow,
+            world.private_doc,
+            storage_key=f"blobs/{uuid.uuid4()}",
+            sha256="a" * 64,
+            size_bytes=1,
+            mime_type="text/plain",
+        )
+        uow.commit()
+
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.alice) as uow:
+        with pytest.raises(NotFound, match=f"^document {world.private_doc} does not exist"):
+            uow.revisions.current(world.private_doc)
+        nowhere = uuid.uuid4()
+        with pytest.raises(NotFound, match=f"^document {nowhere} does not exist"):
+            uow.revisions.current(nowhere)
+    with UnitOfWork(app_engine, tenant=tenant, user_id=world.admin) as uow:
+        assert uow.revisions.current(world.private_doc) == uploaded
+        assert uow.revisions.current(world.shared_doc) is None  # no upload yet
 
 
 def test_a_content_search_follows_each_document_wherever_its_access_goes(

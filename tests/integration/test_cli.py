@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
 from dms import UnitOfWork, jobs, migrations, provisioning
-from dms.cli import main
+from dms.cli import main, parse_arguments
 from dms.errors import NotFound
 from dms.jobs import JobState
 from dms.seed import DOCUMENTS_PER_TENANT, SEED_TENANTS
@@ -220,6 +221,43 @@ def test_bad_job_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture
         main(argv)
     assert excinfo.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["trash", "purge", "--tenant", "acme", "--older-than"],
+        ["jobs", "prune", "--older-than"],
+        ["healthcheck", "--max-queue-age"],
+    ],
+)
+@pytest.mark.parametrize("bare", ["5", "0", "1.5", "5 d", "5D", "1e3s", "infs", "5dd"])
+def test_a_duration_needs_its_unit(
+    command: list[str], bare: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--older-than 5`` once meant five seconds, silently: a number alone is refused."""
+    with pytest.raises(SystemExit) as excinfo:
+        main([*command, bare])
+    assert excinfo.value.code == 2
+    assert f"not a duration: {bare!r} (a number and its unit: 45s, 15m, 12h, 30d" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ("45s", timedelta(seconds=45)),
+        ("15m", timedelta(minutes=15)),
+        ("12h", timedelta(hours=12)),
+        ("30d", timedelta(days=30)),
+        ("1.5h", timedelta(minutes=90)),
+        ("0s", timedelta(0)),
+    ],
+)
+def test_a_duration_is_a_number_and_its_unit(text: str, meant: timedelta) -> None:
+    args = parse_arguments(["trash", "purge", "--tenant", "acme", "--older-than", text])
+    assert args.older_than == meant
 
 
 def test_pruning_dead_jobs_is_confirmed_and_a_dry_run_counts(

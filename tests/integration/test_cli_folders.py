@@ -120,6 +120,36 @@ def test_a_folder_that_is_not_there_is_one_line(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ("a//b", "error: folder path 'a//b' has an empty name"),
+        ("a/", "error: folder path 'a/' has an empty name"),
+        ("/a", "error: folder path '/a' has an empty name"),
+        ("a/../b", "error: folder name '..' must not be '.' or '..'"),
+        ("./a", "error: folder name '.' must not be '.' or '..'"),
+        ("a/b\x07c", "error: folder name 'b\\x07c' contains a control character"),
+    ],
+)
+def test_a_path_with_an_empty_dot_or_control_name_is_refused_and_creates_nothing(
+    engine: Engine, tenant: str, user_id: uuid.UUID, refusal: tuple[str, str], capsys: Capture
+) -> None:
+    """``a//b`` once became ``a/b``, silently: every name of a path must be one."""
+    path, message = refusal
+    made = ["folders", "create", "--tenant", tenant, "--user", str(user_id)]
+
+    assert dms(engine, *made, path) == 1
+    created = capsys.readouterr().err
+    assert dms(engine, "folders", "list", "--tenant", tenant, "--in", path) == 1
+    listed = capsys.readouterr().err
+
+    assert created.startswith(message)
+    assert created.count("\n") == 1
+    assert listed == created
+    with UnitOfWork(engine, tenant=tenant) as uow:
+        assert uow.folders.children(None) == []
+
+
 def test_folders_create_refuses_a_name_and_creates_nothing(
     engine: Engine, tenant: str, user_id: uuid.UUID, capsys: Capture
 ) -> None:

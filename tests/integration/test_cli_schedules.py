@@ -70,6 +70,7 @@ def test_schedule_list_replace_and_unschedule(
     ("options", "message"),
     [
         (["--cron", "every day", "--kind", "k"], "cron must be a cron expression"),
+        (["--cron", "*/10 * * * * *", "--kind", "k"], "five fields (minute hour day month"),
         (["--cron", "* * * * *", "--kind", "k", "--timezone", "Nowhere/Town"], "timezone"),
         (["--cron", "0 0 30 2 *", "--kind", "k"], "never fires"),
     ],
@@ -93,6 +94,16 @@ def test_a_bad_schedule_is_one_line_and_registers_nothing(
     assert len(error) == 1
     assert message in error[0]
     assert name not in names
+
+
+def test_the_help_names_the_one_form_of_cron_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["jobs", "schedule", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+
+    assert exited.value.code == 0
+    assert "five fields (minute hour day month weekday)" in text
+    assert "second" not in text
 
 
 def test_a_schedule_for_an_unknown_tenant_is_refused(

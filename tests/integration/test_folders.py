@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import Engine
 
+from dms.domain import NewFolder
 from dms.errors import AlreadyExists, InvariantViolation, NotFound, ValidationError
 from dms.services import create_document, delete_folder, restore_folder
 from dms.uow import UnitOfWork
@@ -58,6 +59,39 @@ def test_bad_names(uow: UnitOfWork, name: object) -> None:
         with pytest.raises(ValidationError):
             uow.folders.add(name=name)  # type: ignore[arg-type]
         assert uow.folders.children(None) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (".", "must not be '.' or '..'"),
+        ("..", "must not be '.' or '..'"),
+        ("a\x01b", "control character"),
+        ("two\nlines", "control character"),
+        ("tab\there", "control character"),
+        ("del\x7f", "control character"),
+        ("c1\x85", "control character"),
+    ],
+)
+def test_names_a_path_cannot_carry_are_refused(uow: UnitOfWork, name: str, message: str) -> None:
+    """A folder name is a segment of a path (``dms folders``, ``dms import --into``): no
+    control characters (the importer shows them as Control Pictures), no ``.`` or ``..``."""
+    with uow:
+        kept = uow.folders.add(name="Kept")
+        with pytest.raises(ValidationError, match=f"folder name .*{message}"):
+            uow.folders.add(name=name)
+        with pytest.raises(ValidationError, match=f"folder name .*{message}"):
+            uow.folders.add_many([NewFolder(name=name, parent_id=kept.id)])
+        with pytest.raises(ValidationError, match=f"folder name .*{message}"):
+            uow.folders.rename(kept.id, name=name)
+        assert names(uow.folders.subtree(kept.id)) == ["Kept"]
+        assert names(uow.folders.children(None)) == ["Kept"]
+
+
+@pytest.mark.parametrize("name", ["...", ".hidden", "a..b", "v1.2", "Ünïcödé", "a b"])
+def test_names_with_dots_that_are_not_dot_segments_are_kept(uow: UnitOfWork, name: str) -> None:
+    with uow:
+        assert uow.folders.add(name=name).name == name
 
 
 def test_unknown_parent(uow: UnitOfWork) -> None:

@@ -235,6 +235,60 @@ def test_the_exporter_serves_until_sigterm(own_db: Engine, command: list[str]) -
     assert ('dms_worker_runners_alive{worker="' in body) is (command[0] == "worker")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("command", "everywhere"),
+    [
+        (["metrics", "--port"], False),
+        (["metrics", "--address", "0.0.0.0", "--port"], True),  # noqa: S104 -- told to
+        (["worker", "--metrics-port"], False),
+        (["worker", "--metrics-address", "0.0.0.0", "--metrics-port"], True),  # noqa: S104
+    ],
+)
+def test_the_exporter_listens_on_loopback_unless_told_otherwise(
+    own_db: Engine, command: list[str], everywhere: bool
+) -> None:
+    """Its figures name kinds, tenants' backlogs and the server's state: not for every network
+    the host is on. 127.0.0.2 is this host too, but not the address 127.0.0.1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dms", "--database-url", _url(own_db.url), *command, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        body = _scrape(f"http://127.0.0.1:{port}/metrics")
+        try:
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
+            elsewhere = True
+        except ConnectionRefusedError:
+            elsewhere = False
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+
+    assert "dms_up 1.0" in body
+    assert process.returncode == 0, err
+    assert elsewhere is everywhere
+
+
+@pytest.mark.parametrize(
+    ("command", "option"), [("metrics", "--address"), ("worker", "--metrics-address")]
+)
+def test_the_help_says_where_the_exporter_listens(
+    command: str, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+
+    assert option in text
+    assert "default 127.0.0.1" in text
+
+
 def _scrape(url: str) -> str:
     deadline = time.monotonic() + 30
     while True:
@@ -283,7 +337,7 @@ def test_a_port_beyond_65535_is_a_usage_error(
 @pytest.mark.parametrize("command", [["metrics", "--port"], ["worker", "--metrics-port"]])
 def test_a_port_in_use_is_one_error_line(engine: Engine, command: list[str]) -> None:
     with socket.socket() as busy:
-        busy.bind(("0.0.0.0", 0))  # noqa: S104 -- where the exporter listens by default
+        busy.bind(("127.0.0.1", 0))  # where the exporter listens by default
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(
@@ -295,7 +349,8 @@ def test_a_port_in_use_is_one_error_line(engine: Engine, command: list[str]) -> 
         )
 
     assert done.returncode == 1
-    assert done.stderr == f"error: cannot serve metrics on 0.0.0.0:{port}: Address already in use\n"
+    in_use = f"error: cannot serve metrics on 127.0.0.1:{port}: Address already in use\n"
+    assert done.stderr == in_use
 
 
 def test_an_address_that_does_not_resolve_is_refused(engine: Engine) -> None:

@@ -694,6 +694,7 @@ ENTRY_POINTS: list[EntryPoint] = [
         "revisions.current(document_id)",
         lambda world: ids_of(world.document_id),
         lambda uow, world, value: uow.revisions.current(value),
+        refusals=LOOKED_UP,  # a document not there is NotFound, as one the user may not view
     ),
     # search
     EntryPoint(

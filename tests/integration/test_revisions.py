@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import Engine
 
-from dms.domain import Revision
+from dms.domain import NewRevision, Revision
 from dms.errors import NotFound, ValidationError
 from dms.services import add_revision
 from dms.uow import UnitOfWork
@@ -80,6 +80,9 @@ def test_find_by_sha256_across_documents(uow: UnitOfWork) -> None:
         ("size_bytes", "10"),
         ("mime_type", "pdf"),
         ("storage_key", " "),
+        ("storage_key", ".."),
+        ("storage_key", "blobs/../../etc/passwd"),
+        ("storage_key", "blobs/.."),
     ],
 )
 def test_bad_revision_input(uow: UnitOfWork, field: str, value: object) -> None:
@@ -93,6 +96,35 @@ def test_bad_revision_input(uow: UnitOfWork, field: str, value: object) -> None:
         doc = uow.documents.add(title="A.txt")
         with pytest.raises(ValidationError, match=field.split("_", maxsplit=1)[0]):
             uow.revisions.add(doc.id, **{**good, field: value})  # type: ignore[arg-type]
+        assert uow.revisions.history(doc.id) == []
+
+
+def test_an_unknown_uploader_is_not_found_by_their_id(
+    engine: Engine, tenant: str, user_id: uuid.UUID
+) -> None:
+    """A user id the IAM's users table lacks is the user's problem, not the document's."""
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        doc = uow.documents.add(title="A.txt")
+        uow.commit()
+    stranger = uuid.uuid4()
+    new = NewRevision(
+        document_id=doc.id, storage_key="k", sha256=digest("x"), size_bytes=1, mime_type="a/b"
+    )
+
+    unknown = f"^user {stranger} does not exist"
+    with (
+        UnitOfWork(engine, tenant=tenant, user_id=stranger) as uow,
+        pytest.raises(NotFound, match=unknown) as one,
+    ):
+        upload(uow, doc.id, "one")
+    with (
+        UnitOfWork(engine, tenant=tenant, user_id=stranger) as uow,
+        pytest.raises(NotFound, match=unknown),
+    ):
+        uow.revisions.add_many([new])
+
+    assert str(doc.id) not in str(one.value)
+    with UnitOfWork(engine, tenant=tenant) as uow:
         assert uow.revisions.history(doc.id) == []
 
 

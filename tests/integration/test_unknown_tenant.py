@@ -21,6 +21,7 @@ from sqlalchemy.exc import ProgrammingError
 from dms import provisioning, tenancy
 from dms.domain import DocumentQuery
 from dms.errors import TenantNotFound
+from dms.repositories.imports import NewImportedDocument
 from dms.schema import tenant as t
 from dms.services import create_document, define_field, search_documents, tag_documents
 from dms.uow import UnitOfWork
@@ -38,6 +39,21 @@ FIRST_USES: dict[str, Use] = {
     "tags.all": lambda uow: uow.tags.all(),
     "tags.link": lambda uow: uow.tags.link([uuid.uuid4()], [uuid.uuid4()]),
     "revisions.history": lambda uow: uow.revisions.history(uuid.uuid4()),
+    # Its first command is a SET CONSTRAINTS naming the tenant's schema, not a Core statement.
+    "imports.import_documents": lambda uow: uow.imports.import_documents(
+        [
+            NewImportedDocument(
+                title="a.txt",
+                folder_id=None,
+                source_name=b"a.txt",
+                source_path=b"/a.txt",
+                storage_key="k/a",
+                sha256="0" * 64,
+                size_bytes=1,
+                mime_type="text/plain",
+            )
+        ]
+    ),
     "metadata.list_fields": lambda uow: uow.metadata.list_fields(),
     "create_document": lambda uow: create_document(uow, title="A.pdf"),
     "define_field (required)": lambda uow: define_field(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +13,12 @@ from sqlalchemy.engine import URL, Connection
 
 from dms import citus
 from dms.config import Settings, settings_of, with_settings
-from dms.errors import ValidationError
+from dms.domain import NewDocument, NewFolder
+from dms.domain.access import Rights
+from dms.errors import NotFound, ValidationError
+from dms.services import define_field
 from dms.testing.factories import FolderFactory
+from dms.uow import UnitOfWork
 from dms.users import create_user, create_users_stand_in, users_table_exists
 
 
@@ -30,6 +34,57 @@ def test_create_user_is_idempotent_by_email(engine: sa.Engine) -> None:
         first = create_user(conn, email=email, display_name="First")
         second = create_user(conn, email=email, display_name="Second")
     assert first == second
+
+
+#: Writes that name their acting user (created_by, uploaded_by): an unknown one acts.
+BY_THE_ACTOR: dict[str, Callable[[UnitOfWork], object]] = {
+    "documents.add": lambda uow: uow.documents.add(title="A.txt"),
+    "documents.add_many": lambda uow: uow.documents.add_many(
+        [NewDocument(title="A.txt", folder_id=None)]
+    ),
+    "folders.add": lambda uow: uow.folders.add(name="A"),
+    "folders.add_many": lambda uow: uow.folders.add_many([NewFolder(name="A", parent_id=None)]),
+    "tags.add": lambda uow: uow.tags.add(name="a"),
+    "define_field": lambda uow: define_field(uow, name="A", field_type="string"),
+}
+#: Writes that name another user (as a member, a grantee, an owner): an unknown one is named.
+NAMING_A_USER: dict[str, Callable[[UnitOfWork, uuid.UUID], object]] = {
+    "access.add_member": lambda uow, user: uow.access.add_member(
+        uow.access.add_group("G").id, user
+    ),
+    "access.grant": lambda uow, user: uow.access.grant(Rights.VIEW, user_id=user),
+    "access.set_owner": lambda uow, user: uow.access.set_owner(
+        user, folder_id=uow.folders.add(name="F").id
+    ),
+}
+
+
+@pytest.mark.parametrize("write", BY_THE_ACTOR.values(), ids=BY_THE_ACTOR)
+def test_an_unknown_acting_user_is_not_found_by_their_id(
+    engine: sa.Engine, tenant: str, write: Callable[[UnitOfWork], object]
+) -> None:
+    """A user id that the IAM's users table lacks is named, not the row it would write."""
+    stranger = uuid.uuid4()
+    with (
+        UnitOfWork(engine, tenant=tenant, user_id=stranger) as uow,
+        pytest.raises(NotFound, match=f"^user {stranger} does not exist"),
+    ):
+        write(uow)
+
+
+@pytest.mark.parametrize("write", NAMING_A_USER.values(), ids=NAMING_A_USER)
+def test_an_unknown_user_named_by_a_write_is_not_found_by_their_id(
+    engine: sa.Engine,
+    tenant: str,
+    user_id: uuid.UUID,
+    write: Callable[[UnitOfWork, uuid.UUID], object],
+) -> None:
+    stranger = uuid.uuid4()
+    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
+        with pytest.raises(NotFound, match=f"^user {stranger} does not exist"):
+            write(uow, stranger)
+        # The savepoint undid the write alone: the unit goes on, and nothing names them.
+        assert stranger not in {entry.user_id for entry in uow.access.entries()}
 
 
 def test_stand_in_goes_to_the_configured_schema(empty_database_url: URL) -> None:

@@ -40,16 +40,18 @@ clashing: Mapping[str, Handler[UnitOfWork]] = {"revision.verify": greet}
 #: The environment variable naming the tenant of :func:`scheduled`'s schedule.
 TENANT_VARIABLE = "DMS_EXAMPLE_TENANT"
 #: The name of :func:`scheduled`'s schedule.
-EVERY_SECOND = "example.greet-every-second"
+EVERY_MINUTE = "example.greet-every-minute"
+
+
+def greeting(tenant: str) -> Schedule:
+    """The schedule of :func:`scheduled`: a greeting every minute, for ``tenant``."""
+    return Schedule(name=EVERY_MINUTE, cron="* * * * *", kind=GREET, tenant=tenant)
 
 
 def scheduled(store: BlobStore) -> App:
-    """An app with a schedule: a greeting every second, for the tenant the test names."""
-    tenant = os.environ[TENANT_VARIABLE]
-    return App(
-        handlers, [Schedule(name=EVERY_SECOND, cron="* * * * * *", kind=GREET, tenant=tenant)]
-    )
+    """An app with a schedule: :func:`greeting`, for the tenant the test names."""
+    return App(handlers, [greeting(os.environ[TENANT_VARIABLE])])
 
 
 #: An app as a dms.jobs.App value, whose schedule takes the name of :func:`scheduled`'s.
-app = App({STORED: greet}, [Schedule(name=EVERY_SECOND, cron="@daily", kind=STORED, tenant="acme")])
+app = App({STORED: greet}, [Schedule(name=EVERY_MINUTE, cron="@daily", kind=STORED, tenant="acme")])

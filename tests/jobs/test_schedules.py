@@ -19,17 +19,17 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms import jobs, provisioning
 from dms.errors import InvalidTenantName, NotFound, TenantNotFound, ValidationError
-from dms.jobs.schedules import NEVER
+from dms.jobs.schedules import MAX_CATCH_UP, MAX_TICKS_PER_PASS, NEVER
 from dms.jobs.tables import job_schedules, processing_jobs
 from dms.jobs.worker import JobUnitOfWork
 from tests.conftest import new_slug
 from tests.jobs.conftest import wait_for
 
-EVERY_SECOND = "* * * * * *"
 EVERY_MINUTE = "* * * * *"
+ONE_MINUTE = timedelta(minutes=1)
 
 
-def _schedule(tenant: str, kind: str, cron: str = EVERY_SECOND, **fields: Any) -> jobs.Schedule:
+def _schedule(tenant: str, kind: str, cron: str = EVERY_MINUTE, **fields: Any) -> jobs.Schedule:
     return jobs.Schedule(
         name=f"test-{uuid.uuid4().hex[:8]}", cron=cron, kind=kind, tenant=tenant, **fields
     )
@@ -90,8 +90,10 @@ def test_a_registered_schedule_waits_for_its_first_tick(
 def test_every_due_tick_is_enqueued_once_with_its_tick_as_run_at(
     engine: Engine, tenant: str, kind: str
 ) -> None:
-    schedule = _schedule(tenant, kind, payload={"n": 1}, priority=5, max_attempts=2)
-    _register_due(engine, schedule, timedelta(seconds=30))
+    schedule = _schedule(
+        tenant, kind, payload={"n": 1}, priority=5, max_attempts=2, catch_up=timedelta(hours=1)
+    )
+    _register_due(engine, schedule, timedelta(minutes=30))
     with engine.begin() as conn:
         (tick,) = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
         again = [t for t in jobs.tick_schedules(conn) if t.name == schedule.name]
@@ -101,9 +103,9 @@ def test_every_due_tick_is_enqueued_once_with_its_tick_as_run_at(
     assert again == []  # the same transaction already moved past them
     assert list(tick.ticks) == runs
     assert len(runs) >= 30
-    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(runs))
+    assert all(b - a == ONE_MINUTE for a, b in itertools.pairwise(runs))
     assert state.last_tick_at == runs[-1]
-    assert state.next_run_at == runs[-1] + timedelta(seconds=1)
+    assert state.next_run_at == runs[-1] + ONE_MINUTE
     assert tick.skipped_until is None
     assert (job.payload, job.priority, job.max_attempts, job.tenant) == ({"n": 1}, 5, 2, tenant)
 
@@ -111,8 +113,9 @@ def test_every_due_tick_is_enqueued_once_with_its_tick_as_run_at(
 def test_concurrent_passes_enqueue_each_tick_exactly_once(
     engine: Engine, tenant: str, kind: str
 ) -> None:
-    schedule = _schedule(tenant, kind)
-    _register_due(engine, schedule, timedelta(seconds=5))
+    # Three passes' worth of ticks due: the passes of four threads race for them.
+    schedule = _schedule(tenant, kind, catch_up=MAX_CATCH_UP)
+    _register_due(engine, schedule, 3 * MAX_TICKS_PER_PASS * ONE_MINUTE)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -128,7 +131,7 @@ def test_concurrent_passes_enqueue_each_tick_exactly_once(
     for thread in threads:
         thread.start()
     with engine.connect() as conn:
-        wait_for(lambda: len(_ticks_enqueued(conn, kind)) >= 9, timeout=30)
+        wait_for(lambda: len(_ticks_enqueued(conn, kind)) >= 3 * MAX_TICKS_PER_PASS, timeout=30)
     stop.set()
     for thread in threads:
         thread.join(timeout=30)
@@ -136,7 +139,7 @@ def test_concurrent_passes_enqueue_each_tick_exactly_once(
     with engine.connect() as conn:
         runs = _ticks_enqueued(conn, kind)
     assert len(runs) == len(set(runs))
-    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(runs))
+    assert all(b - a == ONE_MINUTE for a, b in itertools.pairwise(runs))
 
 
 def test_ticks_older_than_the_catch_up_window_are_skipped_and_recorded(
@@ -167,26 +170,30 @@ def test_no_catch_up_enqueues_only_what_is_due_now(engine: Engine, tenant: str, 
     assert tick.skipped_until is not None
 
 
-def test_a_schedule_past_its_last_tick_is_never_due_again_and_the_others_still_tick(
-    engine: Engine, tenant: str, kind: str
+def test_a_stored_schedule_of_six_fields_is_listed_never_ticked_and_the_others_tick(
+    engine: Engine, tenant: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ended = _schedule(tenant, f"{kind}.ended", "0 0 1 1 * 0 2027")
+    """A row of six fields (registered when they were accepted, or written by hand) is not
+    ticked as croniter reads it (its sixth field as seconds): it is kept, listed with no next
+    run, and said at ERROR; the other schedules tick on."""
+    stored = _schedule(tenant, f"{kind}.stored")
     live = _schedule(tenant, kind)
     with engine.begin() as conn:
-        jobs.register_schedules(conn, [ended, live])
-        _rewind(conn, live.name, timedelta(seconds=2))
-        # As if its year had passed with no worker running: its only tick is long gone.
+        jobs.register_schedules(conn, [stored, live])
+        _rewind(conn, live.name, 2 * ONE_MINUTE)
         conn.execute(
             sa.update(job_schedules)
-            .where(job_schedules.c.name == ended.name)
-            .values(cron="0 0 1 1 * 0 2001", next_run_at=datetime(2001, 1, 1, tzinfo=timezone.utc))
+            .where(job_schedules.c.name == stored.name)
+            .values(cron="*/10 * * * * *", next_run_at=sa.func.now() - timedelta(minutes=1))
         )
-    with engine.begin() as conn:
+    with caplog.at_level(logging.ERROR, logger="dms.jobs.schedules"), engine.begin() as conn:
         ticks = {tick.name: tick for tick in jobs.tick_schedules(conn)}
-        state = _state(conn, ended.name)
-    assert ticks[ended.name].ticks == ()
-    assert ticks[ended.name].skipped_until == datetime(2001, 1, 1, tzinfo=timezone.utc)
+        state = _state(conn, stored.name)
+        enqueued = _ticks_enqueued(conn, stored.kind)
+    assert (ticks[stored.name].ticks, enqueued) == ((), [])
+    assert state.schedule.cron == "*/10 * * * * *"
     assert state.next_run_at == NEVER
+    assert f"schedule {stored.name}: cron '*/10 * * * * *' is not five fields" in caplog.text
     assert len(ticks[live.name].ticks) >= 2
 
 
@@ -227,7 +234,7 @@ def test_remove_deletes_the_schedule_and_keeps_its_jobs(
     schedule = _schedule(tenant, kind)
     with engine.begin() as conn:
         jobs.register_schedules(conn, [schedule])
-        _rewind(conn, schedule.name, timedelta(seconds=3))
+        _rewind(conn, schedule.name, 3 * ONE_MINUTE)
         jobs.tick_schedules(conn)
         jobs.remove_schedule(conn, schedule.name)
         names = {state.schedule.name for state in jobs.list_schedules(conn)}
@@ -253,9 +260,10 @@ def test_dropping_the_tenant_drops_its_schedules(engine: Engine, kind: str) -> N
     ("fields", "message"),
     [
         ({"cron": "61 * * * *"}, "cron must be a cron expression"),
-        ({"cron": "* * *"}, "cron must be a cron expression"),
+        ({"cron": "* * *"}, r"five fields \(minute hour day month weekday\).*: 3 fields"),
+        ({"cron": "*/10 * * * * *"}, r"five fields \(minute hour day month weekday\).*: 6 fields"),
+        ({"cron": "0 0 1 1 * 0 2030"}, "five fields .*: 7 fields"),
         ({"cron": "0 0 31 2 *"}, "never fires"),
-        ({"cron": "0 0 1 1 * 0 1999"}, "never fires"),
         ({"cron": ""}, "cron must be a non-blank string"),
         ({"cron": 5}, "cron must be a non-blank string"),
         ({"timezone": "Mars/Olympus"}, "timezone must be an IANA time zone"),
@@ -306,6 +314,8 @@ def test_a_worker_registers_its_schedules_and_runs_their_ticks(
     engine: Engine, tenant: str, kind: str
 ) -> None:
     schedule = _schedule(tenant, kind)
+    # Registered before with ticks due: the worker registers it again and keeps its place.
+    _register_due(engine, schedule, 3 * ONE_MINUTE)
     worker = jobs.Worker(
         engine, {kind: _record}, jobs.WorkerConfig(schedules=[schedule], poll_seconds=0.2)
     )

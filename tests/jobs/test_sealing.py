@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,13 @@ from dms.audit import seal_audit_trail, verify_audit_trail
 from dms.config import Settings, with_settings
 from dms.errors import InvalidTenantName, ValidationError
 from dms.jobs import JobState, WorkerConfig
-from dms.jobs.tables import processing_jobs
+from dms.jobs.tables import job_schedules, processing_jobs
 from dms.processing import handlers
 from dms.repositories.audit import SEAL_BATCH
 from dms.schema import tenant as t
 from dms.sealing import (
     SEAL_AUDIT_TRAIL,
+    SEAL_CRON,
     SEAL_SCHEDULE,
     SWEEP_AUDIT_TRAILS,
     check_seal_cron,
@@ -95,9 +97,17 @@ def test_a_worker_with_dms_handlers_seals_every_tenant_by_itself(
 ) -> None:
     _write_events(engine, tenant, user_id)
     _write_events(engine, other_tenant, user_id, count=1)
-    every_second = with_settings(engine, Settings(audit_seal_cron="* * * * * *"))
+    # The default schedule (every minute), registered before with a tick due: the worker
+    # finds it as it would have registered it and keeps its place.
+    with engine.begin() as conn:
+        keep_sealing_scheduled(conn, SEAL_CRON, replace=True)
+        conn.execute(
+            sa.update(job_schedules)
+            .where(job_schedules.c.name == SEAL_SCHEDULE)
+            .values(next_run_at=job_schedules.c.next_run_at - timedelta(minutes=1))
+        )
     worker = DocumentWorker(
-        every_second,
+        with_settings(engine, Settings(audit_seal_cron=SEAL_CRON)),
         handlers(LocalBlobStore(tmp_path)),
         WorkerConfig(poll_seconds=0.2, listen=False),
     )
@@ -228,7 +238,9 @@ def test_the_schedule_is_filed_under_another_tenant_when_its_home_is_dropped(
     assert state.schedule.tenant in {t.slug for t in tenancy.list_tenants(engine)}
 
 
-@pytest.mark.parametrize("cron", ["", "every minute", "0 0 31 2 *", "* * * * * * * *", "\x00"])
+@pytest.mark.parametrize(
+    "cron", ["", "every minute", "0 0 31 2 *", "*/10 * * * * *", "* * * * * * * *", "\x00"]
+)
 def test_a_bad_sealing_cron_is_refused_before_the_worker_starts(
     engine: Engine, cron: str, tmp_path: Path
 ) -> None:

@@ -164,6 +164,39 @@ def test_a_permanent_failure_goes_dead_at_once_with_its_writes_rolled_back(
     assert count_effects(engine, effects, job_id) == 0
 
 
+class _BadPayload(ValidationError):
+    """A ValidationError of an application's own."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValidationError("title must not be blank: ''"), _BadPayload("payload has no revision_id")],
+    ids=["ValidationError", "subclass"],
+)
+def test_a_validation_error_goes_dead_at_once_with_its_message_and_writes_rolled_back(
+    engine: Engine, effects: str, kind: str, handler_style: str, error: ValidationError
+) -> None:
+    """Bad input never becomes good by waiting: no retries, as a PermanentFailure."""
+    (job_id,) = _enqueue(engine, kind, effects, max_attempts=5)
+
+    def refused(uow: JobUnitOfWork, job: jobs.Job) -> None:
+        record_effect(uow, job)
+        raise error
+
+    worker = jobs.Worker(
+        engine,
+        {kind: styled(handler_style, refused)},
+        jobs.WorkerConfig(poll_seconds=0.1, backoff={kind: FAST_RETRY}),
+    )
+    with worker:
+        wait_for(lambda: _state_of(engine, job_id).state is jobs.JobState.DEAD)
+    job = _state_of(engine, job_id)
+    assert job.attempts == 1
+    assert job.last_error is not None
+    assert job.last_error.endswith(f"{type(error).__name__}: {error}")
+    assert count_effects(engine, effects, job_id) == 0
+
+
 def test_a_handler_whose_lease_was_taken_has_its_writes_rolled_back_with_the_completion(
     engine: Engine, effects: str, kind: str, handler_style: str
 ) -> None:

@@ -8,20 +8,30 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from dms import jobs
 from dms.cli import main
 from dms.cli.apps import load_apps
 from dms.errors import ConfigurationError
+from dms.jobs.tables import job_schedules
 from dms.processing import VERIFY_REVISION
 from dms.sealing import SEAL_AUDIT_TRAIL, SWEEP_AUDIT_TRAILS
 from dms.services import EXTRACT_REVISION
 from dms.storage import LocalBlobStore
-from tests.jobs.app_example import EVERY_SECOND, GREET, STORED, TENANT_VARIABLE, greet
+from tests.jobs.app_example import (
+    EVERY_MINUTE,
+    GREET,
+    STORED,
+    TENANT_VARIABLE,
+    greet,
+    greeting,
+)
 from tests.jobs.conftest import wait_for
 
 #: dms's own kinds, always loaded: verification, extraction, the audit trail's sealing.
@@ -49,7 +59,7 @@ def test_apps_add_their_handlers_to_dms_own(tmp_path: Path) -> None:
 def test_an_app_brings_its_schedules(tmp_path: Path) -> None:
     loaded = load_apps(["tests.jobs.app_example:app"], LocalBlobStore(tmp_path))
 
-    assert [schedule.name for schedule in loaded.schedules] == [EVERY_SECOND]
+    assert [schedule.name for schedule in loaded.schedules] == [EVERY_MINUTE]
     assert loaded.handlers[STORED] is greet
 
 
@@ -77,7 +87,7 @@ def test_two_apps_with_a_schedule_of_one_name_are_refused(
     apps = ["tests.jobs.app_example:scheduled"]
     with pytest.raises(
         ConfigurationError,
-        match=f"--app tests.jobs.app_example:app: schedule '{EVERY_SECOND}' is defined by "
+        match=f"--app tests.jobs.app_example:app: schedule '{EVERY_MINUTE}' is defined by "
         "tests.jobs.app_example:scheduled already",
     ):
         load_apps([*apps, "tests.jobs.app_example:app"], LocalBlobStore(tmp_path))
@@ -118,6 +128,14 @@ def test_dms_worker_runs_an_apps_handlers(
 def test_dms_worker_registers_and_ticks_an_apps_schedules(
     database_url: URL, engine: Engine, tenant: str, tmp_path: Path
 ) -> None:
+    # Registered before with ticks due: the worker registers it again and keeps its place.
+    with engine.begin() as conn:
+        jobs.register_schedules(conn, [greeting(tenant)])
+        conn.execute(
+            sa.update(job_schedules)
+            .where(job_schedules.c.name == EVERY_MINUTE)
+            .values(next_run_at=job_schedules.c.next_run_at - timedelta(minutes=3))
+        )
     command = [sys.executable, "-m", "dms", "--database-url", _url(database_url), "worker"]
     app = ["--app", "tests.jobs.app_example:scheduled", "--blobs", str(tmp_path)]
     environment = {**os.environ, TENANT_VARIABLE: tenant}
@@ -131,7 +149,7 @@ def test_dms_worker_registers_and_ticks_an_apps_schedules(
         worker.terminate()
         _, err = worker.communicate(timeout=60)
         with engine.begin() as conn:
-            jobs.remove_schedule(conn, EVERY_SECOND)
+            jobs.remove_schedule(conn, EVERY_MINUTE)
 
     assert worker.returncode == 0, err
 

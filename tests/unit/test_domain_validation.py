@@ -17,6 +17,8 @@ from dms.domain.validation import (
     STRING_MAX_CHARS,
     TEXT_MAX_CHARS,
     URL_MAX_CHARS,
+    check_folder_name,
+    check_folder_path,
     check_name,
     check_range_bound,
     check_revision,
@@ -210,6 +212,61 @@ def test_names_with_slash_only_where_allowed() -> None:
         check_name("folder", "a/b", max_chars=10, slash_allowed=False)
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (".", "must not be '.' or '..'"),
+        ("..", "must not be '.' or '..'"),
+        ("a/b", "must not contain '/'"),
+        ("bell\x07", "contains a control character"),
+        ("\x1bescape", "contains a control character"),
+        ("del\x7f", "contains a control character"),
+        ("c1\x9f", "contains a control character"),
+        (" ", "must not be blank"),
+    ],
+)
+def test_folder_names_a_path_cannot_carry_are_refused(name: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        check_folder_name(name)
+
+
+@pytest.mark.parametrize("name", ["...", ". ", ".hidden", "a..b", "tab-free", "Ünï\u200bcode"])
+def test_folder_names_with_dots_or_format_characters_pass(name: str) -> None:
+    assert check_folder_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("path", "names"),
+    [
+        ("Archive", ["Archive"]),
+        ("Archive/2026/Q1", ["Archive", "2026", "Q1"]),
+        (". /a", [". ", "a"]),
+    ],
+)
+def test_a_folder_path_is_its_names(path: str, names: list[str]) -> None:
+    assert check_folder_path(path) == names
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("", "names no folder"),
+        ("///", "names no folder"),
+        ("a//b", "has an empty name"),
+        ("/a", "has an empty name"),
+        ("a/", "has an empty name"),
+        ("a/./b", "must not be '.' or '..'"),
+        ("a/../b", "must not be '.' or '..'"),
+        ("a/b\nc", "contains a control character"),
+        ("a/\x00", "cannot be stored"),
+        (None, "folder path must be a string"),
+    ],
+)
+def test_a_folder_path_that_is_no_path_of_names_is_refused(path: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        check_folder_path(path)
+
+
 GOOD_REVISION: dict[str, object] = {
     "storage_key": "blobs/1",
     "sha256": "a" * 64,
@@ -218,8 +275,9 @@ GOOD_REVISION: dict[str, object] = {
 }
 
 
-def test_good_revision_passes() -> None:
-    check_revision(**GOOD_REVISION)
+@pytest.mark.parametrize("key", ["blobs/1", "a..b/c", "..hidden", "a/...", "a/./b", "s3://b/k"])
+def test_good_revision_passes(key: str) -> None:
+    check_revision(**{**GOOD_REVISION, "storage_key": key})
 
 
 @pytest.mark.parametrize(
@@ -227,6 +285,9 @@ def test_good_revision_passes() -> None:
     [
         ("storage_key", " ", "storage key"),
         ("storage_key", None, "storage key"),
+        ("storage_key", "..", "storage key '..' must not have '..' as a segment"),
+        ("storage_key", "a/../b", "storage key 'a/../b' must not have '..' as a segment"),
+        ("storage_key", "../b", "must not have '..' as a segment"),
         ("sha256", "A" * 64, "sha256"),
         ("sha256", "a" * 63, "sha256"),
         ("size_bytes", -1, "size_bytes"),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dms.domain.validation import check_name
+from dms.domain.validation import check_folder_name, check_name
 from dms.importing.names import SiblingNames, readable_name, with_suffix
 
 
@@ -40,6 +40,18 @@ def test_any_file_name_gives_a_storable_title(raw: bytes) -> None:
     assert check_name("document", title, max_chars=500) == title
     title.encode("utf-8")  # no lone surrogate
     assert not any(ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 for char in title)
+
+
+@given(
+    st.binary(min_size=1, max_size=255).filter(
+        lambda raw: b"/" not in raw and b"\x00" not in raw and raw not in (b".", b"..")
+    )
+)
+def test_any_directory_name_gives_a_name_folders_take(raw: bytes) -> None:
+    """The importer's names and the folders' rule agree: no control character survives."""
+    name = readable_name(raw).text
+
+    assert check_folder_name(name) == name
 
 
 @pytest.mark.parametrize(

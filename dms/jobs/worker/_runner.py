@@ -6,7 +6,9 @@ and if the lease was lost meanwhile (another worker reclaimed the job) the fence
 raises :class:`~dms.errors.LeaseLost` and everything rolls back. A handler that never touches
 the database has nothing to commit: its claim goes to the batch completer
 (:mod:`._completer`). Whatever a handler raises fails the attempt (fenced, through the
-:class:`~.settler.Settler`), logged at WARNING with the job's id, kind and tenant.
+:class:`~.settler.Settler`), logged at WARNING with the job's id, kind and tenant; retried with
+backoff, but for a :class:`~dms.errors.PermanentFailure` or a
+:class:`~dms.errors.ValidationError` (:data:`HOPELESS`), dead at once.
 
 A job whose connection died under its handler, or could not be made
 (:class:`~dms.errors.DatabaseUnreachable`), is released without an attempt penalty. An
@@ -26,7 +28,7 @@ from typing import Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from dms.errors import DatabaseUnreachable, LeaseLost, PermanentFailure
+from dms.errors import DatabaseUnreachable, LeaseLost, PermanentFailure, ValidationError
 from dms.jobs.model import Job
 from dms.jobs.settlement import complete
 from dms.jobs.worker._book import Claim, ClaimBook
@@ -41,6 +43,10 @@ U = TypeVar("U", bound=JobUnitOfWork)
 
 #: Seconds between checks for a stop by an idle runner.
 IDLE_CHECK_SECONDS = 0.5
+#: What a handler raises when no retry can help: the job goes dead at once, the exception's
+#: text its last error. A PermanentFailure says so; a ValidationError (any subclass) is bad
+#: input, which never becomes good by waiting.
+HOPELESS: tuple[type[Exception], ...] = (PermanentFailure, ValidationError)
 
 
 class Handler(Protocol[U_contra]):
@@ -94,7 +100,7 @@ class Outcomes:
 
         The lease lost: nothing (another worker has the job; the writes rolled back). The
         connection lost: released, without an attempt penalty. Anything else: a failed attempt,
-        retried unless it is a :class:`~dms.errors.PermanentFailure`.
+        retried unless it is :data:`HOPELESS` (dead at once).
         """
         if isinstance(exc, LeaseLost):
             log.warning(
@@ -128,8 +134,7 @@ class Outcomes:
             job.attempts,
             printable_line(exc),
         )
-        # A handler's PermanentFailure says no retry can help: dead at once (dms.errors).
-        self._settler.fail(claim, exc, retry=not isinstance(exc, PermanentFailure))
+        self._settler.fail(claim, exc, retry=not isinstance(exc, HOPELESS))
 
 
 def _connection_lost(exc: Exception) -> bool:

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-#: Seconds between two passes of a worker's ticker: cron's finest field is the second.
+#: Seconds between two passes of a worker's ticker: a tick (a minute at the finest) is enqueued
+#: within a second of its time.
 TICK_SECONDS = 1.0
 
 
