@@ -1,6 +1,6 @@
 """The application's role: created or adopted, granted exactly what it needs, and checked.
 
-Two roles, each with one job (docs/operations.md, "Roles"):
+Two roles, each with one job (docs/operations.md, "Roles: who owns what"):
 
 * the **owner** runs DDL: migrations and tenant creation. It owns the shared schema, every
   tenant schema and everything in them.
@@ -466,7 +466,7 @@ def acting_role_warning(conn: Connection) -> str | None:
     return (
         f"dms connects as role {name}, {why}: PostgreSQL does not hold it to the row-level "
         "security that keeps users apart; connect the application as its own role "
-        '(dms roles setup, docs/operations.md "Roles")'
+        '(dms roles setup, docs/operations.md, "Roles: who owns what")'
     )
 
 

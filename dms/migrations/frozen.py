@@ -75,8 +75,11 @@ def replace_rules(
         if rule.kind is kind and rule.identity not in kept_functions
     ]
     created = [rule for kind in _CREATE_ORDER for rule in after if rule.kind is kind]
+    on_citus = citus.is_citus(conn)
     rules.drop(conn, schema, dropped)
-    rules.create(conn, schema, created, on_citus=citus.is_citus(conn))
+    rules.create(conn, schema, created, on_citus=on_citus)
+    if on_citus:
+        rules.drop_unused_citus_functions(conn, schema, dropped)
 
 
 def _one(text: str) -> Rule:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Connection
 
@@ -374,6 +375,29 @@ def create(conn: Connection, schema: str, rules: Iterable[Rule], *, on_citus: bo
                 execute_ddl(conn, statement)
     finally:
         execute_ddl(conn, sql.SQL("SET LOCAL search_path = DEFAULT"))
+
+
+def drop_unused_citus_functions(conn: Connection, schema: str, dropped: Iterable[Rule]) -> None:
+    """Drop the Citus functions of the ``dropped`` policies that no policy calls any more.
+
+    Several policies may call one function (:meth:`Rule.citus_function`): it goes with the
+    last of them, so that a change and its undoing leave the catalog exactly as it was.
+    """
+    functions = {rule.citus_function for rule in dropped if rule.citus_function is not None}
+    for name, arguments in sorted(functions):
+        types = ", ".join(argument.split(maxsplit=1)[1] for argument in arguments.split(","))
+        signature = sql.SQL("{}.{}({})").format(
+            sql.Identifier(schema), sql.Identifier(name), sql.SQL(types)
+        )
+        function = sa.func.to_regprocedure(signature.as_string(conn.connection.driver_connection))
+        called = sa.exists().where(
+            _depend.c.refobjid == function, _depend.c.classid == sa.func.to_regclass("pg_policy")
+        )
+        if not conn.execute(sa.select(called)).scalar_one():
+            execute_ddl(conn, sql.SQL("DROP FUNCTION {}").format(signature))
+
+
+_depend = sa.table("pg_depend", sa.column("classid"), sa.column("refobjid"))
 
 
 def drop(conn: Connection, schema: str, rules: Iterable[Rule]) -> None:

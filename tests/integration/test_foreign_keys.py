@@ -23,7 +23,8 @@ from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from dms import tenancy
+from dms import citus, tenancy
+from dms.domain.audit import ACTOR_SETTING
 from dms.schema import tenant as t
 from dms.schema.ddl import execute_ddl
 from dms.testing.factories import (
@@ -129,6 +130,9 @@ class FkCase:
     #: A table only the database's triggers write (access_rules refuses a direct statement):
     #: the case disables that trigger in its (rolled back) transaction to reach the key.
     derived: bool = False
+    #: A table only the database's triggers or a system principal write (the search rows): the
+    #: case acts as a system principal in its (rolled back) transaction to reach the key.
+    as_system: bool = False
     #: What a user's removal does to a row that names them (the key's ON DELETE): ``refused``,
     #: or ``gone`` (the row goes, CASCADE) or ``unset`` (the column is cleared, SET NULL).
     when_user_goes: str = "refused"
@@ -319,6 +323,7 @@ FK_CASES = [
         # Part 1 is the document's own row (written by trigger); this one is another part.
         lambda w: {"document_id": w["document"], "part_no": 2, "config": "simple", "terms": "w"},
         ("document_id",),
+        as_system=True,
     ),
     # Access control (migration 0016).
     FkCase(
@@ -403,6 +408,10 @@ _REACHABLE = [
 
 def _reach(conn: Connection, case: FkCase) -> None:
     """Let a direct insert reach ``case``'s table (for this transaction: it is rolled back)."""
+    if case.as_system:
+        acting = {ACTOR_SETTING: "system:test"}
+        if not citus.set_local_on_every_node(conn, acting):
+            conn.execute(sa.select(sa.func.set_config(ACTOR_SETTING, "system:test", True)))
     if case.derived:
         schema = conn.get_execution_options()["schema_translate_map"][None]
         table = sql.Identifier(schema, case.table.name)

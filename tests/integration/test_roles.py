@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 from dms import migrations, provisioning, roles, tenancy
 from dms.cli import main
 from dms.config import SHARED_SCHEMA
+from dms.driver_errors import INSUFFICIENT_PRIVILEGE, sqlstate_of
 from dms.errors import ValidationError
 from dms.migrations.drift import check_drift
 from dms.roles import PrivilegeProblem, RoleRefused
@@ -69,8 +70,7 @@ def test_setup_grants_exactly_what_the_application_needs(
         ):
             with pytest.raises(sa.exc.ProgrammingError) as caught, conn.begin():
                 conn.exec_driver_sql(refused)
-            assert caught.value.orig is not None
-            assert caught.value.orig.sqlstate == "42501"
+            assert sqlstate_of(caught.value) == INSUFFICIENT_PRIVILEGE
     with UnitOfWork(engine, tenant=tenant, system="operator") as uow:
         assert uow.folders.get(folder.id).name == "Inbox"
 
@@ -233,3 +233,18 @@ def test_a_missing_grant_is_one_line_naming_it_never_a_traceback(
         f"error: the role {ungranted_role} may not use the schema {SHARED_SCHEMA}: run dms roles"
         f" setup --app {ungranted_role} as the owner (docs/operations.md)\n"
     )
+
+
+def test_dms_healthcheck_warns_of_a_connection_the_policies_do_not_hold(
+    engine: Engine, app_engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner = engine.url.render_as_string(hide_password=False)
+    application = app_engine.url.render_as_string(hide_password=False)
+
+    main(["--database-url", owner, "healthcheck"])
+    as_owner = capsys.readouterr().err
+    main(["--database-url", application, "healthcheck"])
+    as_application = capsys.readouterr().err
+
+    assert f"warning: dms connects as role {engine.url.username}, a superuser" in as_owner
+    assert "warning" not in as_application

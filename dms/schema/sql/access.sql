@@ -807,6 +807,16 @@ CREATE POLICY access_visible ON access_entries USING (
     OR EXISTS (SELECT 1 FROM :"schema".documents d WHERE d.id = document_id)
 );
 
+-- A grant (derived from the entries) is visible to the principals it names: every policy reads
+-- the actor's own grants and nothing else, and nobody learns who may do what elsewhere.
+ALTER TABLE access_grants ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+
+-- on citus: access_grant_visible(principal_id uuid)
+CREATE POLICY access_visible ON access_grants USING (
+    (SELECT pg_trigger_depth() > 0 OR access_system())
+    OR principal_id = ANY (CAST((SELECT access_principals()) AS uuid[]))
+);
+
 -- An audit event is visible with its document, folder or access entry; events about neither
 -- (tags, fields, groups) to everyone.
 ALTER TABLE audit_events ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
