@@ -209,6 +209,17 @@ def new_user(engine: Engine, name: str = "Tester") -> uuid.UUID:
         return create_user(conn, email=f"{name}-{uuid.uuid4().hex}@example.org", display_name=name)
 
 
+def without_role_warning(stderr: str) -> str:
+    """``stderr`` without the warning of a unit of work that acts as a user on a connection the
+    policies do not hold (:func:`dms.roles.acting_role_warning`): a command run as the suite's
+    superuser says it once; tests that read a command's exact stderr leave it out."""
+    return "".join(
+        line
+        for line in stderr.splitlines(keepends=True)
+        if "dms connects as role " not in line
+    )
+
+
 def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A JSON plan's node (``EXPLAIN (FORMAT JSON)``'s ``Plan``) and every node below it."""
     yield node

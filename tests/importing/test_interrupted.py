@@ -22,7 +22,7 @@ from dms.jobs.tables import processing_jobs
 from dms.processing import VERIFY_REVISION
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
-from tests.conftest import LONG_TEST_SECONDS
+from tests.conftest import LONG_TEST_SECONDS, without_role_warning
 from tests.importing.conftest import digest, imported_files, run_verifications, source_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,6 +136,7 @@ def test_an_import_stopped_by_a_signal_says_how_far_it_got_in_one_line(
     assert child.poll() is None, "the import ended before the test could stop it"
     child.send_signal(signum)
     out, err = child.communicate(timeout=60)
+    err = without_role_warning(err)
     stopped_at = _documents(engine, tenant)
     resumed = main(["--database-url", url, *command])
 
