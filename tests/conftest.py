@@ -214,9 +214,7 @@ def without_role_warning(stderr: str) -> str:
     policies do not hold (:func:`dms.roles.acting_role_warning`): a command run as the suite's
     superuser says it once; tests that read a command's exact stderr leave it out."""
     return "".join(
-        line
-        for line in stderr.splitlines(keepends=True)
-        if "dms connects as role " not in line
+        line for line in stderr.splitlines(keepends=True) if "dms connects as role " not in line
     )
 
 
