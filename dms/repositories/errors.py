@@ -12,11 +12,13 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from dms import driver_errors
 from dms.driver_errors import ErrorFactory
 from dms.errors import NotFound
+from dms.schema import tenant as t
 
 #: ``known_users``' key to the IAM's ``users``: what refuses a row that names a user who does
 #: not exist (trigger ``known_users_enlist`` adds the user there first: ``schema/sql/users.sql``).
@@ -45,12 +47,33 @@ def translated(
     """
     if user is not None:
         constraints = {UNKNOWN_USER: _unknown(user), **(constraints or {})}
-    with driver_errors.translated(what, constraints=constraints):
-        if savepoint:
-            with conn.begin_nested():
+    try:
+        with driver_errors.translated(what, constraints=constraints):
+            if savepoint:
+                with conn.begin_nested():
+                    yield
+            else:
                 yield
-        else:
-            yield
+    except NotFound as refused:
+        # On Citus a refusal comes from the node that holds the tenant without its key's name:
+        # whether the user exists says whether it was theirs.
+        if user is None or _user_exists(conn, user, aborted=not savepoint):
+            raise
+        raise _unknown(user)() from refused.__cause__
+
+
+def _user_exists(conn: Connection, user: uuid.UUID, *, aborted: bool) -> bool:
+    """Whether the IAM knows ``user``.
+
+    Asked in ``conn``'s transaction (its savepoint undone), or on a connection of its own when
+    that transaction is aborted.
+    """
+    query = sa.select(sa.exists().where(t.users.c.id == user))
+    if not aborted:
+        return bool(conn.execute(query).scalar())
+    with conn.engine.connect() as other:
+        routed = other.execution_options(**conn.get_execution_options())
+        return bool(routed.execute(query).scalar())
 
 
 def _unknown(user: uuid.UUID) -> ErrorFactory:

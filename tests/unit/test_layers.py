@@ -53,6 +53,8 @@ BORROWED_TABLES = {
     # The access columns of folders and documents (owner, inheritance), and whether the actor
     # may see one (row-level security answers a plain read of its id).
     "dms.repositories.access": {"folders", "documents"},
+    # Whether a user that a refused row names exists (on Citus the key's name does not come back).
+    "dms.repositories.errors": {"users"},
 }
 #: How the repository modules may use each other: conditions on a table come from its module.
 REPOSITORY_IMPORTS = {
@@ -70,7 +72,7 @@ REPOSITORY_IMPORTS = {
     "dms.repositories.audit": set(),
     "dms.repositories.access": set(),
     "dms.repositories.blobs": {"dms.repositories.revisions"},
-    # The import's one statement: documents, their first revisions and provenance together.
+    # The import's statements: documents, their first revisions and provenance, in one batch.
     "dms.repositories.imports": {
         "dms.repositories.documents",
         "dms.repositories.folders",
