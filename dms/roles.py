@@ -22,6 +22,7 @@ acts as a role the policies do not hold.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -431,8 +432,9 @@ def _problem(
     )
 
 
-#: Roles :func:`acting_role_warning` has warned about, once per process each.
-_warned: set[tuple[str, str]] = set()
+#: The engines :func:`warn_once_if_unprotected` has looked at (an engine's URL names one
+#: database and role): a unit of work costs a set lookup, not a query.
+_warned: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def acting_role_warning(conn: Connection) -> str | None:
@@ -471,11 +473,10 @@ def acting_role_warning(conn: Connection) -> str | None:
 
 
 def warn_once_if_unprotected(conn: Connection) -> None:
-    """Log :func:`acting_role_warning` once per process, database and role."""
-    key = (str(conn.engine.url.set(password=None)), str(conn.engine.url.username))
-    if key in _warned:
+    """Log :func:`acting_role_warning` once per engine (so per database and role)."""
+    if conn.engine in _warned:
         return
-    _warned.add(key)
+    _warned.add(conn.engine)
     warning = acting_role_warning(conn)
     if warning is not None:
         log.warning(warning)

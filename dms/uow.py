@@ -118,7 +118,7 @@ class UnitOfWork(TenantTransaction):
             _act_as(conn, self._actor, self._context)
         if self.user_id is not None:
             # Acting as a user on a connection the policies do not hold would show the user
-            # what they may not see: said once per process and role, in the log.
+            # what they may not see: said once per engine (database and role), in the log.
             roles.warn_once_if_unprotected(conn)
 
     def _ended(self) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -368,11 +369,18 @@ def create(conn: Connection, schema: str, rules: Iterable[Rule], *, on_citus: bo
     path is the server's default again afterwards (transaction-local either way: nothing is
     left on a pooled connection).
     """
-    execute_ddl(conn, sql.SQL("SET LOCAL search_path = {}, pg_temp").format(sql.Identifier(schema)))
-    try:
+    with _names_in(conn, schema):
         for rule in rules:
             for statement in rule.statements(schema, on_citus=on_citus):
                 execute_ddl(conn, statement)
+
+
+@contextmanager
+def _names_in(conn: Connection, schema: str) -> Iterator[None]:
+    """Resolve names in ``schema`` (then ``pg_temp``) for the block, transaction-local."""
+    execute_ddl(conn, sql.SQL("SET LOCAL search_path = {}, pg_temp").format(sql.Identifier(schema)))
+    try:
+        yield
     finally:
         execute_ddl(conn, sql.SQL("SET LOCAL search_path = DEFAULT"))
 
@@ -402,9 +410,6 @@ _depend = sa.table("pg_depend", sa.column("classid"), sa.column("refobjid"))
 
 def drop(conn: Connection, schema: str, rules: Iterable[Rule]) -> None:
     """Remove ``rules`` from ``schema``, in the order given (see :func:`create`)."""
-    execute_ddl(conn, sql.SQL("SET LOCAL search_path = {}, pg_temp").format(sql.Identifier(schema)))
-    try:
+    with _names_in(conn, schema):
         for rule in rules:
             execute_ddl(conn, rule.drop())
-    finally:
-        execute_ddl(conn, sql.SQL("SET LOCAL search_path = DEFAULT"))
