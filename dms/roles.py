@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from dms import citus
 from dms.config import SHARED_SCHEMA, settings_of
 from dms.errors import ConfigurationError, ValidationError
+from dms.migrations.catalog import PG_CLASS, PG_NAMESPACE, PG_ROLES
 from dms.migrations.scripts import VERSION_TABLE
 from dms.migrations.status import registered_schemas
 from dms.schema.ddl import execute_ddl
@@ -162,7 +163,7 @@ def _no_objects_of_its_own(conn: Connection, role: str, *, on_citus: bool) -> No
 
 def _create_or_adopt(conn: Connection, role: str) -> None:
     found = conn.execute(
-        sa.select(_roles.c.rolsuper, _roles.c.rolbypassrls).where(_roles.c.rolname == role)
+        sa.select(PG_ROLES.c.rolsuper, PG_ROLES.c.rolbypassrls).where(PG_ROLES.c.rolname == role)
     ).one_or_none()
     if found is None:
         execute_ddl(
@@ -189,11 +190,11 @@ def _create_or_adopt(conn: Connection, role: str) -> None:
 
 
 def _owned_schemas(conn: Connection, role: str) -> list[str]:
-    owner = sa.func.pg_get_userbyid(_namespace.c.nspowner)
+    owner = sa.func.pg_get_userbyid(PG_NAMESPACE.c.nspowner)
     dms_schemas = sa.or_(
-        _namespace.c.nspname == SHARED_SCHEMA, _namespace.c.nspname.like("tenant\\_%")
+        PG_NAMESPACE.c.nspname == SHARED_SCHEMA, PG_NAMESPACE.c.nspname.like("tenant\\_%")
     )
-    query = sa.select(_namespace.c.nspname).where(owner == role, dms_schemas).limit(3)
+    query = sa.select(PG_NAMESPACE.c.nspname).where(owner == role, dms_schemas).limit(3)
     return [str(name) for name in conn.execute(query).scalars()]
 
 
@@ -241,10 +242,10 @@ def _grant_shared(conn: Connection, role: str) -> None:
 
 def _shared_tables(conn: Connection) -> list[str]:
     query = (
-        sa.select(_class.c.relname)
-        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
-        .where(_namespace.c.nspname == SHARED_SCHEMA, _class.c.relkind == "r")
-        .order_by(_class.c.relname)
+        sa.select(PG_CLASS.c.relname)
+        .join(PG_NAMESPACE, PG_NAMESPACE.c.oid == PG_CLASS.c.relnamespace)
+        .where(PG_NAMESPACE.c.nspname == SHARED_SCHEMA, PG_CLASS.c.relkind == "r")
+        .order_by(PG_CLASS.c.relname)
     )
     return [str(name) for name in conn.execute(query).scalars()]
 
@@ -346,9 +347,11 @@ def _first_missing(
 
 
 def _schema_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list[PrivilegeProblem]:
-    usage = sa.func.has_schema_privilege(role, _namespace.c.oid, "USAGE")
-    create = sa.func.has_schema_privilege(role, _namespace.c.oid, "CREATE")
-    query = sa.select(_namespace.c.nspname, usage, create).where(_namespace.c.nspname.in_(schemas))
+    usage = sa.func.has_schema_privilege(role, PG_NAMESPACE.c.oid, "USAGE")
+    create = sa.func.has_schema_privilege(role, PG_NAMESPACE.c.oid, "CREATE")
+    query = sa.select(PG_NAMESPACE.c.nspname, usage, create).where(
+        PG_NAMESPACE.c.nspname.in_(schemas)
+    )
     found: list[PrivilegeProblem] = []
     for schema, has_usage, has_create in conn.execute(query):
         if not has_usage:
@@ -377,13 +380,13 @@ def _creation_problems(conn: Connection, role: str) -> list[PrivilegeProblem]:
         for privilege, has in (("TEMPORARY", temporary), ("CREATE", create))
         if has
     ]
-    creatable = sa.select(_namespace.c.nspname).where(
-        sa.func.has_schema_privilege(role, _namespace.c.oid, "CREATE"),
-        _namespace.c.nspname.not_like("pg\\_%"),
-        _namespace.c.nspname != "information_schema",
+    creatable = sa.select(PG_NAMESPACE.c.nspname).where(
+        sa.func.has_schema_privilege(role, PG_NAMESPACE.c.oid, "CREATE"),
+        PG_NAMESPACE.c.nspname.not_like("pg\\_%"),
+        PG_NAMESPACE.c.nspname != "information_schema",
         # dms's own schemas are read with their tables (_schema_problems).
-        _namespace.c.nspname != SHARED_SCHEMA,
-        _namespace.c.nspname.not_like("tenant\\_%"),
+        PG_NAMESPACE.c.nspname != SHARED_SCHEMA,
+        PG_NAMESPACE.c.nspname.not_like("tenant\\_%"),
     )
     found += [
         _problem(role, schema, None, "CREATE", missing=False)
@@ -398,13 +401,13 @@ def _table_problems(conn: Connection, role: str, schemas: Sequence[str]) -> list
         .table_valued("name")
         .render_derived(name="privilege")
     )
-    held = sa.func.has_table_privilege(role, _class.c.oid, privilege.c.name)
+    held = sa.func.has_table_privilege(role, PG_CLASS.c.oid, privilege.c.name)
     query = (
-        sa.select(_namespace.c.nspname, _class.c.relname, privilege.c.name, held)
-        .select_from(_class)
-        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
+        sa.select(PG_NAMESPACE.c.nspname, PG_CLASS.c.relname, privilege.c.name, held)
+        .select_from(PG_CLASS)
+        .join(PG_NAMESPACE, PG_NAMESPACE.c.oid == PG_CLASS.c.relnamespace)
         .join(privilege, sa.true())
-        .where(_namespace.c.nspname.in_(schemas), _class.c.relkind == "r")
+        .where(PG_NAMESPACE.c.nspname.in_(schemas), PG_CLASS.c.relkind == "r")
     )
     return [
         _problem(role, schema, table, name, missing=not has)
@@ -445,16 +448,16 @@ def acting_role_warning(conn: Connection) -> str | None:
     what the policies and triggers are.
     """
     role = sa.func.current_user()
-    owner = sa.select(sa.func.pg_get_userbyid(_namespace.c.nspowner)).where(
-        _namespace.c.nspname == SHARED_SCHEMA
+    owner = sa.select(sa.func.pg_get_userbyid(PG_NAMESPACE.c.nspowner)).where(
+        PG_NAMESPACE.c.nspname == SHARED_SCHEMA
     )
     row = conn.execute(
         sa.select(
-            _roles.c.rolname,
-            _roles.c.rolsuper,
-            _roles.c.rolbypassrls,
-            owner.scalar_subquery() == _roles.c.rolname,
-        ).where(_roles.c.rolname == role)
+            PG_ROLES.c.rolname,
+            PG_ROLES.c.rolsuper,
+            PG_ROLES.c.rolbypassrls,
+            owner.scalar_subquery() == PG_ROLES.c.rolname,
+        ).where(PG_ROLES.c.rolname == role)
     ).one()
     name, superuser, bypass, owns = row
     if superuser:
@@ -480,21 +483,3 @@ def warn_once_if_unprotected(conn: Connection) -> None:
     warning = acting_role_warning(conn)
     if warning is not None:
         log.warning(warning)
-
-
-_roles = sa.table(
-    "pg_roles",
-    sa.column("oid"),
-    sa.column("rolname"),
-    sa.column("rolsuper"),
-    sa.column("rolbypassrls"),
-)
-_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"), sa.column("nspowner"))
-_class = sa.table(
-    "pg_class",
-    sa.column("oid"),
-    sa.column("relname"),
-    sa.column("relnamespace"),
-    sa.column("relkind"),
-    sa.column("relowner"),
-)

@@ -37,13 +37,18 @@ PLACEHOLDER = "<schema>"
 _ROW_SEPARATOR = "\x1e"
 _FIELD_SEPARATOR = "\x1f"
 
-_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"))
-_class = sa.table(
+#: The system catalogs that dms reads (here, in :mod:`dms.roles` and in the tests' probes),
+#: declared once with the columns any of them reads.
+PG_NAMESPACE = sa.table(
+    "pg_namespace", sa.column("oid"), sa.column("nspname"), sa.column("nspowner")
+)
+PG_CLASS = sa.table(
     "pg_class",
     sa.column("oid"),
     sa.column("relname"),
     sa.column("relnamespace"),
     sa.column("relkind"),
+    sa.column("relowner"),
     sa.column("relpersistence"),
     sa.column("reloptions"),
     sa.column("relrowsecurity"),
@@ -153,15 +158,15 @@ def _relations(schemas: Sequence[str]) -> sa.Select[Any]:
     """
     on_schema = sa.and_(
         _depend.c.refclassid == _catalog_id("pg_namespace"),
-        _depend.c.refobjid == _namespace.c.oid,
+        _depend.c.refobjid == PG_NAMESPACE.c.oid,
         _depend.c.classid == _catalog_id("pg_class"),
         _depend.c.deptype == "n",
     )
     return (
-        sa.select(_class, _namespace.c.nspname)
-        .join_from(_namespace, _depend, on_schema)
-        .join(_class, _class.c.oid == _depend.c.objid)
-        .where(_namespace.c.nspname.in_(schemas), _class.c.relname != VERSION_TABLE)
+        sa.select(PG_CLASS, PG_NAMESPACE.c.nspname)
+        .join_from(PG_NAMESPACE, _depend, on_schema)
+        .join(PG_CLASS, PG_CLASS.c.oid == _depend.c.objid)
+        .where(PG_NAMESPACE.c.nspname.in_(schemas), PG_CLASS.c.relname != VERSION_TABLE)
     )
 
 
@@ -179,7 +184,9 @@ def _aspect_queries(schemas: Sequence[str]) -> list[sa.Select[Any]]:
 
 
 def _tables(schemas: Sequence[str]) -> sa.Select[Any]:
-    rel = _relations(schemas).where(_class.c.relkind.in_(("r", "p", "v", "m", "S", "f"))).subquery()
+    rel = (
+        _relations(schemas).where(PG_CLASS.c.relkind.in_(("r", "p", "v", "m", "S", "f"))).subquery()
+    )
     options = sa.func.array_to_string(
         sa.func.array(
             sa.select(sa.func.unnest(rel.c.reloptions).label("o"))
@@ -204,7 +211,7 @@ def _tables(schemas: Sequence[str]) -> sa.Select[Any]:
 
 
 def _columns(schemas: Sequence[str]) -> sa.Select[Any]:
-    rel = _relations(schemas).where(_class.c.relkind.in_(("r", "p", "v", "m", "f"))).subquery()
+    rel = _relations(schemas).where(PG_CLASS.c.relkind.in_(("r", "p", "v", "m", "f"))).subquery()
     default = sa.func.pg_get_expr(_attrdef.c.adbin, _attrdef.c.adrelid)
     # The position among live columns: a downgrade must restore the order, not the attnum.
     position = sa.func.row_number().over(
@@ -253,7 +260,7 @@ def _constraints(schemas: Sequence[str]) -> sa.Select[Any]:
 
 def _indexes(schemas: Sequence[str]) -> sa.Select[Any]:
     rel = _relations(schemas).subquery()
-    index_class = _class.alias("index_class")
+    index_class = PG_CLASS.alias("index_class")
     return (
         sa.select(
             rel.c.nspname,
@@ -304,13 +311,13 @@ def _policies(schemas: Sequence[str]) -> sa.Select[Any]:
 def _functions(schemas: Sequence[str]) -> sa.Select[Any]:
     return (
         sa.select(
-            _namespace.c.nspname,
+            PG_NAMESPACE.c.nspname,
             sa.literal("function"),
             _proc.c.proname + "(" + sa.func.pg_get_function_identity_arguments(_proc.c.oid) + ")",
-            _normalised(sa.func.pg_get_functiondef(_proc.c.oid), _namespace.c.nspname),
+            _normalised(sa.func.pg_get_functiondef(_proc.c.oid), PG_NAMESPACE.c.nspname),
         )
-        .join_from(_proc, _namespace, _proc.c.pronamespace == _namespace.c.oid)
-        .where(_namespace.c.nspname.in_(schemas), _proc.c.prokind.in_(("f", "p")))
+        .join_from(_proc, PG_NAMESPACE, _proc.c.pronamespace == PG_NAMESPACE.c.oid)
+        .where(PG_NAMESPACE.c.nspname.in_(schemas), _proc.c.prokind.in_(("f", "p")))
     )
 
 
@@ -318,7 +325,13 @@ def _functions(schemas: Sequence[str]) -> sa.Select[Any]:
 #: dms/schema/sql/search.sql): the searches, which serve their indexes only when the owner
 #: passes row-level security.
 SEARCH_FUNCTIONS = ("search_visible_parts", "search_visible_titles")
-_roles = sa.table("pg_roles", sa.column("oid"), sa.column("rolsuper"), sa.column("rolbypassrls"))
+PG_ROLES = sa.table(
+    "pg_roles",
+    sa.column("oid"),
+    sa.column("rolname"),
+    sa.column("rolsuper"),
+    sa.column("rolbypassrls"),
+)
 
 
 def schemas_searching_slowly(conn: Connection, schemas: Sequence[str]) -> set[str]:
@@ -327,16 +340,16 @@ def schemas_searching_slowly(conn: Connection, schemas: Sequence[str]) -> set[st
     Their searches return what they should, but a user's rare word or title fragment reads
     every document instead of an index (docs/access.md, "Searching").
     """
-    held = ~(_roles.c.rolsuper | _roles.c.rolbypassrls)
+    held = ~(PG_ROLES.c.rolsuper | PG_ROLES.c.rolbypassrls)
     found: set[str] = set()
     for start in range(0, len(schemas), SCHEMAS_PER_QUERY):
         chunk = list(schemas[start : start + SCHEMAS_PER_QUERY])
         query = (
-            sa.select(_namespace.c.nspname)
+            sa.select(PG_NAMESPACE.c.nspname)
             .select_from(_proc)
-            .join(_namespace, _proc.c.pronamespace == _namespace.c.oid)
-            .join(_roles, _proc.c.proowner == _roles.c.oid)
-            .where(_namespace.c.nspname.in_(chunk), _proc.c.proname.in_(SEARCH_FUNCTIONS), held)
+            .join(PG_NAMESPACE, _proc.c.pronamespace == PG_NAMESPACE.c.oid)
+            .join(PG_ROLES, _proc.c.proowner == PG_ROLES.c.oid)
+            .where(PG_NAMESPACE.c.nspname.in_(chunk), _proc.c.proname.in_(SEARCH_FUNCTIONS), held)
             .distinct()
         )
         found.update(str(schema) for schema in conn.execute(query).scalars())

@@ -18,20 +18,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from dms import citus, provisioning, tenancy
 from dms.migrations import catalog
+from dms.migrations.catalog import PG_CLASS, PG_NAMESPACE
 from dms.migrations.frozen import pending, replace_rules
 from dms.schema import rules
 from dms.schema.ddl import execute_ddl
 from dms.schema.rules import Rule
 from tests.conftest import new_slug
-
-_namespace = sa.table("pg_namespace", sa.column("oid"), sa.column("nspname"))
-_class = sa.table(
-    "pg_class",
-    sa.column("relname"),
-    sa.column("relnamespace"),
-    sa.column("relkind"),
-    sa.column("relrowsecurity"),
-)
 
 
 @contextmanager
@@ -64,9 +56,11 @@ def _without_rules(conn: Connection, schema: str) -> None:
     for signature in list(regprocedures):
         execute_ddl(conn, sql.SQL("DROP FUNCTION {} CASCADE").format(sql.SQL(signature)))
     secured = conn.execute(
-        sa.select(_class.c.relname)
-        .join(_namespace, _namespace.c.oid == _class.c.relnamespace)
-        .where(_namespace.c.nspname == schema, _class.c.relkind == "r", _class.c.relrowsecurity)
+        sa.select(PG_CLASS.c.relname)
+        .join(PG_NAMESPACE, PG_NAMESPACE.c.oid == PG_CLASS.c.relnamespace)
+        .where(
+            PG_NAMESPACE.c.nspname == schema, PG_CLASS.c.relkind == "r", PG_CLASS.c.relrowsecurity
+        )
     ).scalars()
     for table in list(secured):
         execute_ddl(
