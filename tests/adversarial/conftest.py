@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from dms import tenancy
 from dms.domain.access import ALL_RIGHTS, Rights
+from dms.driver_errors import sqlstate_of
 from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 from tests.conftest import new_user
@@ -72,22 +72,27 @@ def world(engine: Engine, app_engine: Engine, tenant: str) -> World:
     return World(tenant, schema, admin, eve, eves.id, eve_doc.id, office.id, doc.id, tag.id)
 
 
-def raw_as(app_engine: Engine, world: World, user: uuid.UUID, statement: str) -> int:
-    """Run ``statement`` (``{s}``: the tenant's schema, quoted) as ``user`` through the
+#: Who acts: a user, or a system principal by its name (the role's holder may name either).
+Actor = uuid.UUID | str
+
+
+def raw_as(app_engine: Engine, world: World, actor: Actor, statement: str) -> int:
+    """Run ``statement`` (``{s}``: the tenant's schema, quoted) as ``actor`` through the
     application role, committed if accepted; its row count."""
-    with UnitOfWork(app_engine, tenant=world.tenant, user_id=user) as uow:
+    named = {"system": actor} if isinstance(actor, str) else {"user_id": actor}
+    with UnitOfWork(app_engine, tenant=world.tenant, **named) as uow:
         result = uow.connection.exec_driver_sql(statement.format(s=f'"{world.schema}"'))
         uow.commit()
         return result.rowcount
 
 
-def refused_as(app_engine: Engine, world: World, user: uuid.UUID, statement: str) -> str:
-    """The SQLSTATE with which ``statement`` is refused as ``user`` (nothing committed)."""
+def refused_as(app_engine: Engine, world: World, actor: Actor, statement: str) -> str:
+    """The SQLSTATE with which ``statement`` is refused as ``actor`` (nothing committed)."""
     with pytest.raises(DBAPIError) as refused:
-        raw_as(app_engine, world, user, statement)
-    sqlstate = getattr(refused.value.orig, "sqlstate", None)
-    assert sqlstate is not None
-    return str(sqlstate)
+        raw_as(app_engine, world, actor, statement)
+    sqlstate = sqlstate_of(refused.value)
+    assert sqlstate
+    return sqlstate
 
 
 def read_as_system(engine: Engine, world: World, query: str) -> list[tuple[object, ...]]:
@@ -97,4 +102,4 @@ def read_as_system(engine: Engine, world: World, query: str) -> list[tuple[objec
         return [tuple(row) for row in rows]
 
 
-__all__ = ["World", "raw_as", "read_as_system", "refused_as", "sa"]
+__all__ = ["Actor", "World", "raw_as", "read_as_system", "refused_as"]

@@ -11,7 +11,6 @@ from sqlalchemy.engine import Engine
 
 from dms.audit import audit_head, prune_audit_trail, verify_audit_trail
 from dms.errors import ValidationError
-from dms.uow import UnitOfWork
 from tests.adversarial.conftest import World, raw_as, refused_as
 
 
@@ -28,13 +27,6 @@ def _forged_at_head(engine: Engine, world: World) -> str:
     return _checkpoint_at(*audit_head(engine, world.tenant))
 
 
-def _system_raw(app_engine: Engine, world: World, statement: str) -> int:
-    with UnitOfWork(app_engine, tenant=world.tenant, system="mallory") as uow:
-        result = uow.connection.exec_driver_sql(statement.format(s=f'"{world.schema}"'))
-        uow.commit()
-        return result.rowcount
-
-
 def test_a_user_cannot_make_a_checkpoint(engine: Engine, app_engine: Engine, world: World) -> None:
     assert refused_as(app_engine, world, world.eve, _forged_at_head(engine, world)) == "42501"
 
@@ -45,16 +37,19 @@ def test_a_checkpoint_is_a_sealed_event_with_its_hash(
     seq, _digest = audit_head(engine, world.tenant)
 
     with pytest.raises(Exception, match="a checkpoint is a sealed event"):
-        _system_raw(app_engine, world, _checkpoint_at(seq, bytes(32)))
+        raw_as(app_engine, world, "mallory", _checkpoint_at(seq, bytes(32)))
 
 
 def test_a_checkpoint_that_pruned_nothing_breaks_the_verification(
     engine: Engine, app_engine: Engine, world: World
 ) -> None:
-    _system_raw(app_engine, world, _forged_at_head(engine, world))
+    raw_as(app_engine, world, "mallory", _forged_at_head(engine, world))
     # Only the attacker's own events go; the rest stay below the checkpoint.
-    erased = _system_raw(
-        app_engine, world, f"DELETE FROM {{s}}.audit_events WHERE actor_id = '{world.eve}'"
+    erased = raw_as(
+        app_engine,
+        world,
+        "mallory",
+        f"DELETE FROM {{s}}.audit_events WHERE actor_id = '{world.eve}'",
     )
 
     report = verify_audit_trail(engine, world.tenant)
