@@ -13,6 +13,7 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from dms.processing import (
 from dms.schema import tenant as t
 from dms.services import add_revision, create_document
 from dms.storage import BlobStore, Content, LocalBlobStore
+from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 
 LATIN1_NAME = b"caf\xe9 cr\xe8me.txt"
@@ -93,6 +95,14 @@ def source_files(root: Path) -> dict[bytes, bytes]:
 def tree(tmp_path: Path) -> Path:
     """The test tree (see :func:`make_tree`)."""
     return make_tree(tmp_path / "source")
+
+
+@pytest.fixture
+def app_engine(engine: Engine, tenant: str) -> Iterator[Engine]:
+    """An engine acting as the application role, granted what a deployment grants it."""
+    application = application_engine(engine, [tenant])
+    yield application
+    application.dispose()
 
 
 @pytest.fixture

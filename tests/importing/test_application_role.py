@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from dms.domain.access import ALL_RIGHTS
 from dms.importing import import_tree
 from dms.schema import tenant as t
 from dms.storage import LocalBlobStore
-from dms.testing.roles import application_engine
 from dms.uow import UnitOfWork
 from tests.importing.conftest import digest, imported_files, source_files
 
@@ -50,14 +48,6 @@ def _small_tree(base: Path) -> Path:
 def small_tree(tmp_path: Path) -> Path:
     """A few folders and files (see :func:`_small_tree`)."""
     return _small_tree(tmp_path / "source")
-
-
-@pytest.fixture
-def app_engine(engine: Engine, tenant: str) -> Iterator[Engine]:
-    """An engine acting as the application role, granted what a deployment grants it."""
-    application = application_engine(engine, [tenant])
-    yield application
-    application.dispose()
 
 
 @dataclass(frozen=True)

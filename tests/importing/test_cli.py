@@ -33,13 +33,14 @@ def rows(engine: Engine, tenant: str) -> Callable[[], dict[str, int]]:
 
 @pytest.fixture
 def run_import(
-    engine: Engine, tenant: str, user_id: uuid.UUID, tmp_path: Path
+    app_engine: Engine, tenant: str, user_id: uuid.UUID, tmp_path: Path
 ) -> Callable[..., int]:
-    """``dms import PATH --tenant T --user U --blobs B ARGUMENTS...``; its exit status."""
+    """``dms import PATH --tenant T --user U --blobs B ARGUMENTS...`` as the application role
+    (what a deployment imports as); its exit status."""
 
     def run(path: Path, *arguments: str) -> int:
         own = ["--tenant", tenant, "--user", str(user_id), "--blobs", str(tmp_path / "blobs")]
-        return _run(engine, str(path), *own, *arguments)
+        return _run(app_engine, str(path), *own, *arguments)
 
     return run
 
@@ -125,12 +126,12 @@ def test_bad_target_is_one_line_and_writes_nothing(
 
 
 def test_unknown_tenant_and_missing_path_are_refused(
-    engine: Engine, user_id: uuid.UUID, tree: Path, capsys: pytest.CaptureFixture[str]
+    app_engine: Engine, user_id: uuid.UUID, tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = _run(
-        engine, str(tree / "nowhere"), "--tenant", "nosuchtenant", "--user", str(user_id)
+        app_engine, str(tree / "nowhere"), "--tenant", "nosuchtenant", "--user", str(user_id)
     )
-    unknown = _run(engine, str(tree), "--tenant", "nosuchtenant", "--user", str(user_id))
+    unknown = _run(app_engine, str(tree), "--tenant", "nosuchtenant", "--user", str(user_id))
     err = capsys.readouterr().err.splitlines()
 
     assert (missing, unknown) == (1, 1)
