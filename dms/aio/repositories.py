@@ -475,7 +475,7 @@ class AsyncImportRepository(Protocol):
     async def import_documents(
         self, entries: Sequence[NewImportedDocument]
     ) -> list[ImportedDocument | None]:
-        """Create each entry's document, first revision and provenance, in two statements.
+        """Create each entry's document, first revision and provenance, in three statements.
 
         One result per input, in order: ``None`` where a live document of the folder already
         has the title (ignoring case), or an earlier entry of the same call took it (nothing is
@@ -484,11 +484,11 @@ class AsyncImportRepository(Protocol):
         must be live, else :class:`~dms.errors.NotFound` and nothing is written. No savepoint:
         if the database refuses a statement, roll the unit of work back.
 
-        The documents (with their provenance) go in first, already pointing at their
-        revisions, then the revisions: row-level security checks a new revision against the
-        documents its statement sees, and no part of a statement sees what another part of it
-        inserted, so one statement writing both was refused under an ordinary role (issue 43).
-        In between, the documents' key to their current revision
+        The documents go in first, already pointing at their revisions, then the revisions,
+        then the provenance: row-level security checks a new revision or provenance row against
+        the documents its statement sees, and no part of a statement sees what another part of
+        it inserted, so one statement writing them all was refused under an ordinary role.
+        Between the first two, the documents' key to their current revision
         (:data:`~dms.repositories.documents.CURRENT_REVISION_KEY`) is deferred, and checked
         again once the revisions are in, before this returns: two ``SET CONSTRAINTS`` more,
         rather than an ``UPDATE`` of every new document, whose triggers would rebuild its

@@ -4,10 +4,9 @@ One row per imported entry, keyed by the folder it was imported into and its sou
 raw bytes of the file name): re-running an import finds what is already there by that key,
 whatever titles the entries got and wherever users moved them since.
 
-:meth:`ImportRepository.import_documents` writes new documents with their provenance (a
-data-modifying ``WITH``), then their first revisions, the key between them deferred for those
-two statements; the parts come from the modules that own ``documents``, ``file_revisions`` and
-``folders``.
+:meth:`ImportRepository.import_documents` writes new documents, then their first revisions
+(the key between them deferred for those two statements), then their provenance; the parts come
+from the modules that own ``documents``, ``file_revisions`` and ``folders``.
 """
 
 from __future__ import annotations
@@ -97,27 +96,29 @@ class ImportRepository(Repository):
         for entry in entries:
             if (entry.folder_id is None) == (entry.document_id is None):
                 raise ValidationError("an imported entry is one folder or one document")
+        actor = self._actor()
         rows = [
             {
                 "parent_id": entry.parent_id,
-                "source_name": entry.source_name.hex(),
-                "source_path": entry.source_path.hex(),
+                "source_name": entry.source_name,
+                "source_path": entry.source_path,
                 "folder_id": entry.folder_id,
                 "document_id": entry.document_id,
                 "sha256": entry.sha256,
+                "imported_by": actor,
             }
             for entry in entries
         ]
+        # Rows of VALUES (SQLAlchemy sends them a page at a time), not a JSON recordset: Citus
+        # writes an INSERT ... SELECT of a function's rows by COPY, which row-level security
+        # refuses.
         with translated(self._conn, f"provenance of {len(rows)} imported entries", savepoint=False):
-            self._execute(
-                _record_statement(),
-                {"entries": _recordset.encode(rows), "imported_by": self._actor()},
-            )
+            self._execute(sa.insert(_p), rows)
 
     def import_documents(
         self, entries: Sequence[NewImportedDocument]
     ) -> list[ImportedDocument | None]:
-        """Create each entry's document, first revision and provenance, in two statements.
+        """Create each entry's document, first revision and provenance, in three statements.
 
         One result per input, in order: ``None`` where a live document of the folder already
         has the title (ignoring case), or an earlier entry of the same call took it (nothing is
@@ -126,11 +127,11 @@ class ImportRepository(Repository):
         must be live, else :class:`~dms.errors.NotFound` and nothing is written. No savepoint:
         if the database refuses a statement, roll the unit of work back.
 
-        The documents (with their provenance) go in first, already pointing at their
-        revisions, then the revisions: row-level security checks a new revision against the
-        documents its statement sees, and no part of a statement sees what another part of it
-        inserted, so one statement writing both was refused under an ordinary role (issue 43).
-        In between, the documents' key to their current revision
+        The documents go in first, already pointing at their revisions, then the revisions,
+        then the provenance: row-level security checks a new revision or provenance row against
+        the documents its statement sees, and no part of a statement sees what another part of
+        it inserted, so one statement writing them all was refused under an ordinary role.
+        Between the first two, the documents' key to their current revision
         (:data:`~dms.repositories.documents.CURRENT_REVISION_KEY`) is deferred, and checked
         again once the revisions are in, before this returns: two ``SET CONSTRAINTS`` more,
         rather than an ``UPDATE`` of every new document, whose triggers would rebuild its
@@ -174,21 +175,26 @@ class ImportRepository(Repository):
         self._insert_first_revisions([row for row in rows if row["document_id"] in created])
         with translated(self._conn, f"{len(created)} imported documents", savepoint=False):
             self._execute_command(documents.check_current_revisions(schema, deferred=False))
+        self.record(
+            [
+                NewImportedEntry(
+                    parent_id=row["folder_id"],
+                    source_name=bytes.fromhex(row["source_name"]),
+                    source_path=bytes.fromhex(row["source_path"]),
+                    document_id=row["document_id"],
+                    sha256=row["sha256"],
+                )
+                for row in rows
+                if row["document_id"] in created
+            ]
+        )
         return created
 
     def _insert_documents(
         self, rows: list[dict[str, Any]], in_folders: set[uuid.UUID | None]
     ) -> set[uuid.UUID]:
-        """Insert the documents of ``rows`` and their provenance; return the ids inserted."""
-        columns = (
-            "document_id",
-            "revision_id",
-            "title",
-            "folder_id",
-            "source_name",
-            "source_path",
-            "sha256",
-        )
+        """Insert the documents of ``rows``; return the ids inserted."""
+        columns = ("document_id", "revision_id", "title", "folder_id")
         with translated(self._conn, f"{len(rows)} imported documents", savepoint=False):
             return set(
                 self._execute(
@@ -281,40 +287,6 @@ class ImportRepository(Repository):
 
 
 @functools.cache
-def _record_statement() -> sa.Executable:
-    batch = recordset(
-        "entries",
-        [
-            ("parent_id", sa.Uuid()),
-            ("source_name", sa.Text()),
-            ("source_path", sa.Text()),
-            ("folder_id", sa.Uuid()),
-            ("document_id", sa.Uuid()),
-            ("sha256", sa.Text()),
-        ],
-    )
-    rows = sa.select(
-        batch.c.parent_id,
-        sa.func.decode(batch.c.source_name, "hex"),
-        sa.func.decode(batch.c.source_path, "hex"),
-        batch.c.folder_id,
-        batch.c.document_id,
-        batch.c.sha256,
-        sa.bindparam("imported_by", type_=sa.Uuid()),
-    )
-    columns = [
-        "parent_id",
-        "source_name",
-        "source_path",
-        "folder_id",
-        "document_id",
-        "sha256",
-        "imported_by",
-    ]
-    return sa.insert(_p).from_select(columns, rows)
-
-
-@functools.cache
 def _record_content_statement() -> sa.Executable:
     batch = recordset("contents", [("document_id", sa.Uuid()), ("sha256", sa.Text())])
     return (
@@ -347,15 +319,11 @@ def _import_row(entry: NewImportedDocument) -> dict[str, Any]:
 
 @functools.cache
 def _import_documents_statement() -> sa.Executable:
-    """Documents and their provenance from ``:entries``, in one statement.
+    """Documents from ``:entries``, in one statement.
 
-    ``WITH entries AS (SELECT ... FROM json_to_recordset(:entries)), created AS (INSERT INTO
-    documents ... WHERE`` the folders are live and locked ``ON CONFLICT DO NOTHING RETURNING
-    ...), recorded AS (INSERT INTO import_provenance SELECT ... FROM created JOIN entries ...)
-    SELECT`` the id of each created document. Each document points at its revision (not in
-    yet: the key is deferred), at version 2. Only created documents get provenance (which
-    row-level security does not cover: its foreign key to ``documents``, checked at the end of
-    the statement, sees the new documents).
+    ``INSERT INTO documents SELECT ... FROM json_to_recordset(:entries) WHERE`` the folders are
+    live and locked ``ON CONFLICT DO NOTHING RETURNING id``. Each document points at its
+    revision (not in yet: the key is deferred), at version 2.
     """
     batch = recordset(
         "entries",
@@ -364,40 +332,19 @@ def _import_documents_statement() -> sa.Executable:
             ("revision_id", sa.Uuid()),
             ("title", sa.Text()),
             ("folder_id", sa.Uuid()),
-            ("source_name", sa.Text()),
-            ("source_path", sa.Text()),
-            ("sha256", sa.Text()),
         ],
     )
-    entries = sa.select(batch).cte("entries")
-    actor = sa.bindparam("actor", type_=sa.Uuid())
-    created = documents.insert_new(
+    return documents.insert_new(
         ["id", "title", "folder_id", "created_by", "current_revision_id", "version"],
         sa.select(
-            entries.c.document_id,
-            entries.c.title,
-            entries.c.folder_id,
-            actor,
-            entries.c.revision_id,
+            batch.c.document_id,
+            batch.c.title,
+            batch.c.folder_id,
+            sa.bindparam("actor", type_=sa.Uuid()),
+            batch.c.revision_id,
             sa.literal(2, sa.Integer()),
         ).where(folders.all_live_locked()),
-    ).cte("created")
-    recorded = (
-        sa.insert(_p)
-        .from_select(
-            ["parent_id", "source_name", "source_path", "document_id", "sha256", "imported_by"],
-            sa.select(
-                created.c.folder_id,
-                sa.func.decode(entries.c.source_name, "hex"),
-                sa.func.decode(entries.c.source_path, "hex"),
-                created.c.id,
-                entries.c.sha256,
-                actor,
-            ).select_from(created.join(entries, entries.c.document_id == created.c.id)),
-        )
-        .cte("recorded")
     )
-    return sa.select(created.c.id).add_cte(recorded)
 
 
 @functools.cache

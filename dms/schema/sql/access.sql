@@ -575,6 +575,44 @@ CREATE TRIGGER access_rules
     FOR EACH ROW
     EXECUTE FUNCTION access_entry_rules();
 
+-- Before a row of import provenance is written: the actor needs edit on the folder or document it
+-- records (on both, for an update that moves it), since it names the object's source, its content's
+-- hash and who imported it. A missing object is left to the foreign key.
+CREATE OR REPLACE FUNCTION access_provenance_rules()
+    RETURNS trigger LANGUAGE plpgsql
+    SET search_path = :"schema", pg_temp
+AS $$
+DECLARE
+    entry import_provenance;
+    object_scope uuid;
+    object_owner uuid;
+BEGIN
+    IF pg_trigger_depth() > 1 OR access_system() THEN
+        RETURN coalesce(NEW, OLD);
+    END IF;
+    FOREACH entry IN ARRAY array_remove(ARRAY[OLD, NEW], NULL) LOOP
+        object_scope := NULL;
+        IF entry.folder_id IS NOT NULL THEN
+            SELECT f.access_scope, f.owner_id INTO object_scope, object_owner
+              FROM folders f WHERE f.id = entry.folder_id;
+        ELSE
+            SELECT d.access_scope, d.owner_id INTO object_scope, object_owner
+              FROM documents d WHERE d.id = entry.document_id;
+        END IF;
+        IF object_scope IS NOT NULL THEN
+            PERFORM access_require(object_scope, object_owner, 2, 'edit',
+                coalesce('folder ' || entry.folder_id, 'document ' || entry.document_id));
+        END IF;
+    END LOOP;
+    RETURN coalesce(NEW, OLD);
+END
+$$;
+
+CREATE TRIGGER access_rules
+    BEFORE INSERT OR DELETE OR UPDATE ON import_provenance
+    FOR EACH ROW
+    EXECUTE FUNCTION access_provenance_rules();
+
 -- After an access entry is written: its object becomes a scope if it was not, and the grants of
 -- that scope and of the scopes inheriting from it are recomputed, for the old row and the new. An
 -- object deleted for good (its scope gone with it) is skipped.
@@ -803,6 +841,16 @@ ALTER TABLE access_entries ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
 CREATE POLICY access_visible ON access_entries USING (
     (SELECT pg_trigger_depth() > 0 OR :"schema".access_system())
     OR (folder_id IS NULL AND document_id IS NULL)
+    OR EXISTS (SELECT 1 FROM :"schema".folders f WHERE f.id = folder_id)
+    OR EXISTS (SELECT 1 FROM :"schema".documents d WHERE d.id = document_id)
+);
+
+-- Import provenance is visible with the folder or document it records.
+ALTER TABLE import_provenance ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+
+-- on citus: access_provenance_visible(folder_id uuid, document_id uuid)
+CREATE POLICY access_visible ON import_provenance USING (
+    (SELECT pg_trigger_depth() > 0 OR :"schema".access_system())
     OR EXISTS (SELECT 1 FROM :"schema".folders f WHERE f.id = folder_id)
     OR EXISTS (SELECT 1 FROM :"schema".documents d WHERE d.id = document_id)
 );
