@@ -184,7 +184,9 @@ class UnitOfWork(TenantTransaction):
         # Created on first use and only while open: a repository never outlives its connection.
         connection = self.connection
         if kind not in self._repositories:
-            self._repositories[kind] = kind(connection, tenant=self.tenant, user_id=self.user_id)
+            self._repositories[kind] = kind(
+                connection, tenant=self.tenant, user_id=self.user_id, system=self.system
+            )
         return self._repositories[kind]  # type: ignore[return-value]
 
 

@@ -46,13 +46,15 @@ class Folder:
     """A folder; ``parent_id`` is ``None`` at the top level.
 
     ``owner_id``: the user who holds every right on it (docs/access.md); ``None`` for a folder
-    older than access control, or whose owner left the IAM.
+    older than access control, or whose owner left the IAM. ``created_by`` (and a document's,
+    a revision's ``uploaded_by``, a tag's and a field's ``created_by``) is ``None`` when a
+    system principal created it: the audit trail names which.
     """
 
     id: uuid.UUID
     parent_id: uuid.UUID | None
     name: str
-    created_by: uuid.UUID
+    created_by: uuid.UUID | None
     owner_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
@@ -77,7 +79,7 @@ class Document:
     title: str
     current_revision_id: uuid.UUID | None
     version: int
-    created_by: uuid.UUID
+    created_by: uuid.UUID | None
     owner_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
@@ -100,7 +102,7 @@ class Revision:
     sha256: str
     size_bytes: int
     mime_type: str
-    uploaded_by: uuid.UUID
+    uploaded_by: uuid.UUID | None
     created_at: datetime
 
 
@@ -110,7 +112,7 @@ class Tag:
 
     id: uuid.UUID
     name: str
-    created_by: uuid.UUID
+    created_by: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
 
@@ -141,7 +143,7 @@ class MetadataField:
     required: bool
     default: MetadataValue | None
     options: tuple[FieldOption, ...]
-    created_by: uuid.UUID
+    created_by: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
 
@@ -203,7 +205,7 @@ class ImportedEntry:
     folder_id: uuid.UUID | None
     document_id: uuid.UUID | None
     sha256: str | None
-    imported_by: uuid.UUID
+    imported_by: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
     in_trash: bool

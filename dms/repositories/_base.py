@@ -35,16 +35,30 @@ Parameters = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 class Repository:
     """Base of the repositories: SQL on one tenant-routed connection, on behalf of a user."""
 
-    def __init__(self, conn: Connection, *, tenant: str, user_id: uuid.UUID | None = None) -> None:
-        """Work on ``conn`` (already routed to ``tenant``) as ``user_id``."""
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        tenant: str,
+        user_id: uuid.UUID | None = None,
+        system: str | None = None,
+    ) -> None:
+        """Work on ``conn`` (already routed to ``tenant``) as ``user_id`` or ``system``."""
         self._conn = conn
         self._tenant = tenant
         self._user_id = user_id
+        self._system = system
 
-    def _actor(self) -> uuid.UUID:
-        # Writes record who made them; reading needs no user.
-        if self._user_id is None:
-            raise ValidationError("this change needs a user: open the UnitOfWork with user_id")
+    def _actor(self) -> uuid.UUID | None:
+        """The user a new row names as its author; ``None`` for a system principal.
+
+        The audit trail names the principal. Reading needs nobody; creating needs someone.
+        """
+        if self._user_id is None and self._system is None:
+            raise ValidationError(
+                "this change needs someone who acts: a user or a system principal; open the "
+                "UnitOfWork with user_id or system"
+            )
         return self._user_id
 
     def _execute(self, statement: Executable, parameters: Parameters = None) -> CursorResult[Any]:

@@ -226,14 +226,14 @@ class ImportRepository(Repository):
     ) -> list[ImportedDocument | None]:
         """:meth:`import_documents` for Citus, a statement per step (see there)."""
         documents_of = documents.DocumentRepository(
-            self._conn, tenant=self._tenant, user_id=self._user_id
+            self._conn, tenant=self._tenant, user_id=self._user_id, system=self._system
         )
         created = documents_of.add_many(
             [NewDocument(title=e.title, folder_id=e.folder_id) for e in entries]
         )
         made = [(e, row, d) for e, row, d in zip(entries, rows, created, strict=True) if d]
         revision_ids = revisions.RevisionRepository(
-            self._conn, tenant=self._tenant, user_id=self._user_id
+            self._conn, tenant=self._tenant, user_id=self._user_id, system=self._system
         ).add_many(
             [
                 NewRevision(

@@ -87,13 +87,12 @@ def _id() -> sa.Column[object]:
 
 
 def _user_fk(name: str) -> sa.Column[object]:
-    """A column that names a user: a key to :data:`known_users`.
+    """A column that names the user who made the row: a key to :data:`known_users`.
 
-    Trigger ``known_users_enlist`` adds the user there before the row is written.
+    Trigger ``known_users_enlist`` adds the user there before the row is written. ``NULL``
+    when a system principal made it (migration 0031): the audit trail names which.
     """
-    return sa.Column(
-        name, sa.Uuid, sa.ForeignKey("known_users.id", ondelete="RESTRICT"), nullable=False
-    )
+    return sa.Column(name, sa.Uuid, sa.ForeignKey("known_users.id", ondelete="RESTRICT"))
 
 
 def _created_at() -> sa.Column[object]:
