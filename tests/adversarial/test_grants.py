@@ -41,3 +41,22 @@ def test_the_rules_still_read_the_actors_own_grants(app_engine: Engine, world: W
     with UnitOfWork(app_engine, tenant=world.tenant, user_id=world.eve) as uow:
         assert uow.access.rights(folder_id=world.eves) == ALL_RIGHTS
         assert uow.folders.get(world.office).name == "office"
+
+
+def test_a_user_sees_only_the_scopes_of_what_she_may_view(
+    engine: Engine, app_engine: Engine, world: World
+) -> None:
+    with UnitOfWork(app_engine, tenant=world.tenant, user_id=world.admin) as uow:
+        vault = uow.folders.add(name="vault")
+        uow.access.set_inherits(vault.id, False)  # a scope of its own, closed to eve
+        uow.commit()
+    every = {
+        str(row[0]) for row in read_as_system(engine, world, "SELECT id FROM {s}.access_scopes")
+    }
+
+    with UnitOfWork(app_engine, tenant=world.tenant, user_id=world.eve) as uow:
+        rows = uow.connection.exec_driver_sql(f'SELECT id FROM "{world.schema}".access_scopes')
+        seen = {str(row[0]) for row in rows}
+
+    assert every == {NIL, str(world.office), str(world.eves), str(vault.id)}
+    assert seen == {NIL, str(world.office), str(world.eves)}

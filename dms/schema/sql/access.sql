@@ -855,6 +855,19 @@ CREATE POLICY access_visible ON import_provenance USING (
     OR EXISTS (SELECT 1 FROM :"schema".documents d WHERE d.id = document_id)
 );
 
+-- A scope is visible with the folder or document it is (the root's to everyone): which objects
+-- have rules of their own, and which of them stop inheriting, is nobody else's business. (IN, not
+-- EXISTS: in a subquery on folders or documents a bare id would be theirs, not the scope's.)
+ALTER TABLE access_scopes ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+
+-- on citus: access_scope_visible(id uuid)
+CREATE POLICY access_visible ON access_scopes USING (
+    (SELECT pg_trigger_depth() > 0 OR :"schema".access_system())
+    OR id = '00000000-0000-0000-0000-000000000000'::uuid
+    OR id IN (SELECT f.id FROM :"schema".folders f)
+    OR id IN (SELECT d.id FROM :"schema".documents d)
+);
+
 -- A grant (derived from the entries) is visible to the principals it names: every policy reads
 -- the actor's own grants and nothing else, and nobody learns who may do what elsewhere.
 ALTER TABLE access_grants ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
