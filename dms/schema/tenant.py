@@ -86,6 +86,13 @@ def _id() -> sa.Column[object]:
     return sa.Column("id", sa.Uuid, primary_key=True, server_default=sa.func.gen_random_uuid())
 
 
+#: The options of every GIN index (migration 0033). Without a pending list: new entries go
+#: into the index's tree as they are written, not into a list that every scan reads whole until
+#: a vacuum merges it, which the planner prices as such and so reads every row instead
+#: (docs/search.md, "Plans"). Writes cost a little more (bench/results/search.md).
+GIN_OPTIONS = {"fastupdate": "off"}
+
+
 def _user_fk(name: str) -> sa.Column[object]:
     """A column that names the user who made the row: a key to :data:`known_users`.
 
@@ -231,6 +238,7 @@ sa.Index(
     documents.c.title,
     postgresql_using="gin",
     postgresql_ops={"title": "gin_trgm_ops"},
+    postgresql_with=GIN_OPTIONS,
 )
 
 file_revisions = sa.Table(
@@ -579,6 +587,7 @@ sa.Index(
     document_search.c.terms,
     document_search.c.filters,
     postgresql_using="gin",
+    postgresql_with=GIN_OPTIONS,
 )
 # The words of the documents that are their own scope (migration 0021), which a search for a
 # user who may view few documents reads apart from the rest.
@@ -587,6 +596,7 @@ sa.Index(
     document_search.c.terms,
     postgresql_using="gin",
     postgresql_where=document_search.c.access_scope == document_search.c.document_id,
+    postgresql_with=GIN_OPTIONS,
 )
 
 #: The audit trail (migration 0013, docs/audit.md): one row per change, written by triggers in
