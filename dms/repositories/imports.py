@@ -152,6 +152,13 @@ class ImportRepository(Repository):
         if not created:
             # Every title was taken, or a folder is missing (then nothing was written at all).
             self._require_live_folders(in_folders)
+        self.record(
+            [
+                _provenance(entry, row["document_id"])
+                for entry, row in zip(entries, rows, strict=True)
+                if row["document_id"] in created
+            ]
+        )
         return [
             ImportedDocument(document_id=row["document_id"], revision_id=row["revision_id"])
             if row["document_id"] in created
@@ -175,19 +182,6 @@ class ImportRepository(Repository):
         self._insert_first_revisions([row for row in rows if row["document_id"] in created])
         with translated(self._conn, f"{len(created)} imported documents", savepoint=False):
             self._execute_command(documents.check_current_revisions(schema, deferred=False))
-        self.record(
-            [
-                NewImportedEntry(
-                    parent_id=row["folder_id"],
-                    source_name=bytes.fromhex(row["source_name"]),
-                    source_path=bytes.fromhex(row["source_path"]),
-                    document_id=row["document_id"],
-                    sha256=row["sha256"],
-                )
-                for row in rows
-                if row["document_id"] in created
-            ]
-        )
         return created
 
     def _insert_documents(
@@ -249,18 +243,7 @@ class ImportRepository(Repository):
         documents_of.set_current_revisions(
             {d: r for (_, _, d), r in zip(made, revision_ids, strict=True)}
         )
-        self.record(
-            [
-                NewImportedEntry(
-                    parent_id=e.folder_id,
-                    source_name=e.source_name,
-                    source_path=e.source_path,
-                    document_id=d,
-                    sha256=e.sha256,
-                )
-                for e, _, d in made
-            ]
-        )
+        self.record([_provenance(e, d) for e, _, d in made])
         by_document = {d: r for (_, _, d), r in zip(made, revision_ids, strict=True)}
         return [
             None if d is None else ImportedDocument(document_id=d, revision_id=by_document[d])
@@ -311,10 +294,19 @@ def _import_row(entry: NewImportedDocument) -> dict[str, Any]:
         # exists, and each of the two statements finds its rows of the batch by them.
         "document_id": uuid.uuid4(),
         "revision_id": uuid.uuid4(),
-        "source_name": entry.source_name.hex(),
-        "source_path": entry.source_path.hex(),
         **content,
     }
+
+
+def _provenance(entry: NewImportedDocument, document_id: uuid.UUID) -> NewImportedEntry:
+    """The provenance of the document created for ``entry``."""
+    return NewImportedEntry(
+        parent_id=entry.folder_id,
+        source_name=entry.source_name,
+        source_path=entry.source_path,
+        document_id=document_id,
+        sha256=entry.sha256,
+    )
 
 
 @functools.cache
