@@ -18,7 +18,12 @@ root; and for one user in turn, every read path object by object: the search pag
 may not view), revision histories, and ``access.rights`` on every folder and document. A rule
 tries a rename as one user (never committed): it must succeed with ``EDIT``, be refused with
 :class:`~dms.errors.PermissionDenied` if the user may only view, and be
-:class:`~dms.errors.NotFound` if the user may not view.
+:class:`~dms.errors.NotFound` if the user may not view. Another sends raw SQL as one user
+(:data:`RAW_WRITES`: a rename, a delete, an entry granting herself every right, a forged grant,
+an erased audit event), as an application may on a user's behalf: each must change one row
+with the right it needs, be refused (SQLSTATE 42501) with less, and change nothing on what the
+user may not view; an accepted rename is committed, the model follows, and the audit trail
+must verify and name the user as its actor (docs/security.md).
 
 Everything acts through the application's ordinary role
 (:func:`dms.testing.roles.application_engine`): a superuser passes row-level security. The
@@ -51,11 +56,14 @@ from hypothesis.stateful import (
 )
 from psycopg import sql
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from dms import provisioning, tenancy
+from dms.audit import verify_audit_trail
 from dms.domain import DocumentQuery
 from dms.domain.access import ALL_RIGHTS, Rights, check_rights
 from dms.domain.text_query import parse_text_query
+from dms.driver_errors import sqlstate_of
 from dms.errors import InvariantViolation, NotFound, PermissionDenied
 from dms.repositories.search import matching_parts
 from dms.schema import tenant as t
@@ -280,6 +288,27 @@ principals = st.one_of(
 rights = st.sampled_from(sorted({check_rights(mask) for mask in range(1, int(ALL_RIGHTS) + 1)}))
 #: Most folders inherit, so that entries reach down a few levels.
 inheriting = st.sampled_from([True, True, False])
+
+#: Raw statements a user sends (:meth:`AccessMachine.raw_write`), by kind: ``{s}`` the
+#: tenant's schema, ``{table}``/``{name}``/``{column}`` the target's table, its name column and
+#: the column an entry names it by, ``{id}`` its id, ``{me}`` the acting user.
+RAW_WRITES = {
+    "rename": "UPDATE {s}.{table} SET {name} = {name} || '~' WHERE id = '{id}'",
+    "delete": "DELETE FROM {s}.{table} WHERE id = '{id}'",
+    "grant_self": (
+        "INSERT INTO {s}.access_entries ({column}, user_id, rights) VALUES ('{id}', '{me}', 15)"
+    ),
+    "forge_grant": "UPDATE {s}.access_grants SET rights = 15 WHERE scope_id = '{id}'",
+    "erase_trail": "DELETE FROM {s}.audit_events WHERE object_id = '{id}'",
+}
+#: The right each kind needs on its target (``None``: no user may, whatever they hold).
+RAW_NEEDS: dict[str, Rights | None] = {
+    "rename": Rights.EDIT,
+    "delete": Rights.DELETE,
+    "grant_self": Rights.MANAGE,
+    "forge_grant": None,
+    "erase_trail": None,
+}
 
 #: Every folder and document of a run; ``some_folder`` where a rule wants a folder.
 objects = Bundle("objects")
@@ -552,6 +581,62 @@ class AccessMachine(RuleBasedStateMachine):
             else:
                 with pytest.raises(NotFound):
                     rename()
+
+    # Raw SQL as one user (docs/security.md): what an application may send on a user's behalf
+    # is held to the same rules. An accepted rename is committed (the model follows) and must
+    # be recorded by the audit trail, whose chain must verify after it.
+
+    @rule(aimed=objects, user=users, kind=st.sampled_from(sorted(RAW_WRITES)))
+    def raw_write(self, aimed: Ref, user: int, kind: str) -> None:
+        if kind == "delete" and aimed.kind == "folder":
+            return  # a folder's delete is refused by its contents' keys first: documents only
+        held = self.model.rights(user, aimed)
+        needed = RAW_NEEDS[kind]
+        if kind == "grant_self" and (aimed, Principal("user", user)) in self.model.entries:
+            needed = None  # her entry exists: a second one is refused by its key, or hidden
+        with self._acting(user) as uow:
+            driver = uow.connection.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection)
+            statement = RAW_WRITES[kind].format(
+                s=sql.Identifier(tenancy.schema_name(self.stage.tenant)).as_string(driver),
+                table="folders" if aimed.kind == "folder" else "documents",
+                name="name" if aimed.kind == "folder" else "title",
+                column=f"{aimed.kind}_id",
+                id=self._id(aimed),
+                me=self.stage.users[user],
+            )
+            sqlstate: str | None = None
+            try:
+                changed = uow.connection.exec_driver_sql(statement).rowcount
+            except DBAPIError as refused:
+                changed, sqlstate = -1, sqlstate_of(refused)
+            else:
+                if kind == "rename" and changed == 1:
+                    uow.commit()
+        note(f"raw {kind} on {aimed} as user {user} holding {held!r}: {changed}, {sqlstate}")
+        if needed is None:  # never allowed to anyone acting as a user
+            assert changed <= 0, f"{kind} changed {changed} row(s)"
+        elif needed in held:
+            assert changed == 1, f"{kind} with {held!r}: {changed}, {sqlstate}"
+        elif Rights.VIEW in held or kind == "grant_self":
+            assert sqlstate == "42501", f"{kind} with {held!r}: {changed}, {sqlstate}"
+        else:
+            assert changed == 0, f"{kind} of a hidden object: {changed}, {sqlstate}"
+        if kind == "rename" and changed == 1:
+            self._renamed(aimed, user)
+
+    def _renamed(self, aimed: Ref, user: int) -> None:
+        if aimed.kind == "folder":
+            self.model.folders[aimed.name].name += "~"
+        else:
+            self.model.documents[aimed.name].title += "~"
+        verified = verify_audit_trail(self.stage.app, self.stage.tenant)
+        with self._system() as uow:
+            events = uow.audit.events(object_type=aimed.kind, action="update", limit=1).items
+        assert verified.intact, verified
+        assert [(e.object_id, e.actor_id) for e in events] == [
+            (self._id(aimed), self.stage.users[user])
+        ]
 
     def _renaming(self, uow: UnitOfWork, renamed: Ref, version: int) -> Callable[[], object]:
         object_id = self._id(renamed)
