@@ -17,6 +17,7 @@ from tests.migrations.fingerprint import fingerprint, revisions
 def test_downgrade_refuses_while_system_made_rows_remain_and_goes_once_they_do_not(
     fleet: Engine,
 ) -> None:
+    migrations.downgrade(fleet, "0031")  # this test is about 0031's own downgrade
     with UnitOfWork(fleet, tenant="alpha", system="classifier") as uow:
         tag = uow.tags.add(name="scanned")
         uow.folders.add(name="Incoming")
