@@ -12,7 +12,6 @@ plans (on Citus, the plan of the tenant's node that EXPLAIN returns), on both en
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dms import tenancy
-from dms.uow import UnitOfWork
+from dms.testing.texts import add_extracted_documents
 from tests.conftest import new_user
 
 #: Documents, each one part of 15,900 characters (a part holds at most 16,000) drawn from a
@@ -52,23 +51,9 @@ def large(engine: Engine, module_tenant: str) -> str:
     one of them holding :data:`RARE`; analyzed (as autovacuum's analyze would), never
     vacuumed; its schema's name."""
     rng = random.Random(46)
-    tenant, user_id = module_tenant, new_user(engine)
-    with UnitOfWork(engine, tenant=tenant, user_id=user_id) as uow:
-        texts: dict[uuid.UUID, tuple[str, list[str]]] = {}
-        for n in range(DOCUMENTS):
-            document = uow.documents.add(title=f"manual {n}")
-            revision = uow.revisions.add(
-                document.id,
-                storage_key=f"k/{document.id}",
-                sha256="ab" * 32,
-                size_bytes=PART_CHARS,
-                mime_type="text/plain",
-            )
-            uow.documents.set_current_revision(document.id, revision.id)
-            texts[revision.id] = ("test", [_text(rng, RARE if n == DOCUMENTS // 2 else "")])
-        uow.search.store_texts(texts)
-        uow.commit()
-    schema = tenancy.schema_name(tenant)
+    texts = [[_text(rng, RARE if n == DOCUMENTS // 2 else "")] for n in range(DOCUMENTS)]
+    add_extracted_documents(engine, module_tenant, new_user(engine), texts)
+    schema = tenancy.schema_name(module_tenant)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f'ANALYZE "{schema}".document_search')
     return schema
